@@ -1,0 +1,22 @@
+# ar2dlm: autoregressive -> diffusion language model conversion, and the four papers' tables.
+#   snakemake all_tables                                        # embedded default (tiny preset)
+#   snakemake all_tables --configfile config/presets/smoke.yaml # seconds per job
+#   snakemake --profile slurm all_tables --configfile config/presets/paper.yaml
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/teacher.smk"
+include: "rules/report.smk"
+
+
+localrules: all_tables
+
+
+rule all_tables:
+    """Everything the chosen preset produces so far: the run summary."""
+    input:
+        "results/summary.md",
+        "results/summary.json",

@@ -1,0 +1,113 @@
+"""The data stage: each function builds one set of files from the config, atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..provenance import library_versions, read_jsonl, write_json, write_jsonl
+from ..tokenization import load_pretrained_tokenizer, train_bpe_tokenizer
+from .code_suite import generate_code_suite
+from .corpus import hub_documents, shuffled, stdlib_documents, suite_documents, take_tokens, token_counter
+from .math_suite import generate_math_suite
+from .preferences import make_preferences
+
+
+def build_suites(data_cfg: dict, code_train, code_eval, math_train, math_eval) -> dict:
+    seed = data_cfg["seed"]
+    c = data_cfg["code_suite"]
+    tr, ev = generate_code_suite(c["n_train"], c["n_eval"], c["heldout_fraction"], seed)
+    write_jsonl(code_train, tr)
+    write_jsonl(code_eval, ev)
+    m = data_cfg["math_suite"]
+    mtr, mev = generate_math_suite(m["n_train"], m["n_eval"], seed)
+    write_jsonl(math_train, mtr)
+    write_jsonl(math_eval, mev)
+    return {"code": [len(tr), len(ev)], "math": [len(mtr), len(mev)]}
+
+
+def _message_text(value) -> str:
+    """UltraFeedback-style fields hold a chat (list of messages): keep the last assistant turn."""
+    if isinstance(value, list):
+        turns = [m for m in value if m.get("role") == "assistant"] or value
+        return str(turns[-1]["content"])
+    return str(value)
+
+
+def hub_preferences(spec: dict, split: str, n: int, seed: int, domain: str) -> list[dict]:
+    import datasets
+
+    ds = datasets.load_dataset(spec["path"], spec.get("name"), data_files=spec.get("data_files"),
+                               split=spec[f"{split}_split"], streaming=True)
+    ds = ds.shuffle(seed=seed, buffer_size=spec.get("shuffle_buffer", 10_000))
+    rows = []
+    for row in ds:
+        if len(rows) == n:
+            break
+        rows.append({"domain": domain, "source_id": str(row.get("prompt_id", len(rows))),
+                     "prompt": _message_text(row[spec["prompt_field"]]),
+                     "chosen": _message_text(row[spec["chosen_field"]]),
+                     "rejected": _message_text(row[spec["rejected_field"]])})
+    if len(rows) < n:
+        raise ValueError(f"data.preferences.n_{split}={n} but {spec['path']} split {spec[f'{split}_split']} "
+                         f"holds only {len(rows)} rows")
+    return rows
+
+
+def build_preferences(data_cfg: dict, domain: str, suite_train, suite_eval, out_train, out_eval) -> None:
+    prefs, seed = data_cfg["preferences"], data_cfg["seed"]
+    spec = prefs["domains"][domain]
+    for split, src, out in (("train", suite_train, out_train), ("eval", suite_eval, out_eval)):
+        n = prefs[f"n_{split}"]
+        if spec["source"] == "synthetic":
+            rows = make_preferences(domain, read_jsonl(src), n, seed, split)
+        else:
+            rows = hub_preferences(spec, split, n, seed, domain)
+        write_jsonl(out, rows)
+
+
+def build_tokenizer(data_cfg: dict, code_train, math_train, out_dir) -> int:
+    tcfg = data_cfg["tokenizer"]
+    if tcfg["source"] == "pretrained":
+        tok = load_pretrained_tokenizer(tcfg["path"], out_dir)
+    else:
+        docs = suite_documents(read_jsonl(code_train), read_jsonl(math_train))
+        docs += stdlib_documents(data_cfg["corpus"]["stdlib_files"], data_cfg["seed"])
+        texts = (d["prompt"] + d["completion"] for d in docs)
+        tok = train_bpe_tokenizer(texts, tcfg["vocab_size"], out_dir)
+    return len(tok)
+
+
+def build_corpus(data_cfg: dict, tokenizer_dir, code_train, math_train, manifest, subset, stream=None) -> dict:
+    """Write the seeded subset (and the stream, if materialised) and a manifest describing both."""
+    from transformers import AutoTokenizer
+
+    cfg, seed = data_cfg["corpus"], data_cfg["seed"]
+    count = token_counter(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
+    if cfg["source"] == "synthetic":
+        docs = suite_documents(read_jsonl(code_train), read_jsonl(math_train))
+        docs += stdlib_documents(cfg["stdlib_files"], seed)
+        ordered = shuffled(docs, seed)
+        source = {"source": "synthetic", "documents": len(docs)}
+    else:
+        ordered = hub_documents(cfg["hub"], seed)
+        source = {"source": "hub", **cfg["hub"]}
+    if stream is not None:
+        ordered = list(ordered) if not isinstance(ordered, list) else ordered
+        stream_docs, stream_tokens = take_tokens(ordered, cfg["stream_tokens"], count, "data.corpus.stream_tokens")
+        write_jsonl(stream, stream_docs)
+        subset_docs, subset_tokens = take_tokens(stream_docs, cfg["subset_tokens"], count, "data.corpus.subset_tokens")
+    else:
+        subset_docs, subset_tokens = take_tokens(ordered, cfg["subset_tokens"], count, "data.corpus.subset_tokens")
+        stream_tokens = None
+    write_jsonl(subset, subset_docs)
+    info = {
+        "seed": seed, **{"corpus_" + k: v for k, v in source.items()},
+        "subset": {"path": str(Path(subset).name), "documents": len(subset_docs), "tokens": subset_tokens},
+        "stream": ({"path": str(Path(stream).name), "documents": len(stream_docs), "tokens": stream_tokens}
+                   if stream is not None else
+                   {"path": None, "budget_tokens": cfg["stream_tokens"],
+                    "note": "read from the source at training time with the same seeded shuffle"}),
+        "versions": library_versions(),
+    }
+    write_json(manifest, info)
+    return info

@@ -1,0 +1,46 @@
+"""Synthetic arithmetic suite with exact-match integer answers (the maths analogue of AIME).
+
+A question is a two-operation expression; the answer is written as a short worked chain that ends
+in the final number, so final-answer extraction (last number, or ``\\boxed{}``) applies unchanged.
+"""
+
+from __future__ import annotations
+
+import random
+
+OPS = ["+", "-", "*"]
+
+
+def _operand(rng: random.Random, op: str) -> int:
+    return rng.randint(2, 9) if op == "*" else rng.randint(1, 30)
+
+
+def make_problem(rng: random.Random) -> dict:
+    op1, op2 = rng.choice(OPS), rng.choice(OPS)
+    a, b = rng.randint(1, 30), _operand(rng, op1)
+    c = _operand(rng, op2)
+    inner = eval(f"{a} {op1} {b}")  # noqa: S307 - our own integer expression
+    answer = eval(f"{inner} {op2} {c}")  # noqa: S307
+    question = f"({a} {op1} {b}) {op2} {c}"
+    return {
+        "prompt": f"Question: What is {question}?\nAnswer:",
+        "completion": f" {a} {op1} {b} = {inner}. {inner} {op2} {c} = {answer}. The answer is {answer}.",
+        "answer": str(answer),
+        "expression": question,
+    }
+
+
+def generate_math_suite(n_train: int, n_eval: int, seed: int):
+    """Return (train, eval); no expression appears in both splits. Deterministic in ``seed``."""
+    rng = random.Random(f"{seed}-math")
+    seen, problems = set(), []
+    while len(problems) < n_train + n_eval:
+        p = make_problem(rng)
+        if p["expression"] in seen:
+            continue
+        seen.add(p["expression"])
+        problems.append(p)
+    for i, p in enumerate(problems):
+        split = "train" if i < n_train else "eval"
+        p["task_id"] = f"Arith/{split}/{i if split == 'train' else i - n_train}"
+    return problems[:n_train], problems[n_train:]

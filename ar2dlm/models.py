@@ -1,0 +1,98 @@
+"""Model folders: build a small Qwen3 from config, resolve a pretrained checkpoint (hub or local
+path, with a clear error offline), and save/load HF folders with the DLM conventions JSON beside
+the weights. Decoding conventions are always read from that JSON, never guessed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .provenance import read_json, write_json
+
+CONVENTIONS_FILE = "ar2dlm.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be found or downloaded."""
+
+
+def build_qwen3(arch: dict, tokenizer):
+    """A randomly initialised Qwen3 causal LM at the width in ``arch`` and the tokenizer's vocabulary."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=arch["hidden_size"],
+        intermediate_size=arch["intermediate_size"],
+        num_hidden_layers=arch["num_hidden_layers"],
+        num_attention_heads=arch["num_attention_heads"],
+        num_key_value_heads=arch["num_key_value_heads"],
+        head_dim=arch["hidden_size"] // arch["num_attention_heads"],
+        max_position_embeddings=arch["max_position_embeddings"],
+        tie_word_embeddings=arch.get("tie_word_embeddings", True),
+        rope_theta=10000.0,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(arch.get("init_seed", 0))
+    return Qwen3ForCausalLM(cfg)
+
+
+def resolve_pretrained(hub_id: str | None, model_path: str | None, revision: str | None = None) -> str:
+    """Return a local folder holding the checkpoint: ``model_path`` if given, else a hub snapshot.
+
+    Offline (or with the hub unreachable) this fails at once, naming the model and how to point
+    at a local copy, before any other work starts.
+    """
+    if model_path:
+        p = Path(model_path)
+        if not (p / "config.json").is_file():
+            raise CheckpointError(f"model_path {model_path!r} is not a Hugging Face model folder (no config.json)")
+        return str(p)
+    if not hub_id:
+        raise CheckpointError("a pretrained model needs hub_id or model_path in its config entry")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(hub_id, revision=revision,
+                                 allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"],
+                                 etag_timeout=10)
+    except Exception as exc:  # huggingface_hub raises several types for offline / unreachable / gated
+        raise CheckpointError(
+            f"cannot download {hub_id!r} from the Hugging Face hub ({type(exc).__name__}: {str(exc)[:200]}). "
+            f"If this machine is offline, download it elsewhere (`huggingface-cli download {hub_id}`) and set "
+            f"`model_path:` of this model in your config to the local folder."
+        ) from exc
+
+
+def save_model(model, tokenizer, out_dir: str | Path, conventions: dict) -> None:
+    out_dir = Path(out_dir)
+    model.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
+    write_json(out_dir / CONVENTIONS_FILE, conventions)
+
+
+def load_conventions(model_dir: str | Path) -> dict:
+    path = Path(model_dir) / CONVENTIONS_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{model_dir} has no {CONVENTIONS_FILE}: its decoding conventions are unknown")
+    return read_json(path)
+
+
+def load_model(model_dir: str | Path, dtype=None):
+    """Load model, tokenizer and conventions from a folder this project wrote."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not Path(model_dir).is_dir():
+        raise CheckpointError(f"missing checkpoint folder {model_dir}")
+    conventions = load_conventions(model_dir)
+    kwargs = {"dtype": dtype} if dtype is not None else {}
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    return model, tokenizer, conventions
+
+
+def cpu_threads() -> int:
+    return int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))

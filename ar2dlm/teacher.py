@@ -1,0 +1,64 @@
+"""The AR teacher stage: pretrain a small Qwen3 here, or fetch a pretrained checkpoint."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from .models import build_qwen3, resolve_pretrained, save_model
+from .provenance import library_versions, read_jsonl
+from .tokenization import load_pretrained_tokenizer
+
+
+def ar_conventions(tokenizer) -> dict:
+    """Decoding conventions of a causal LM: every model folder carries them (see models.py)."""
+    return {"attention": "causal", "shift": True, "block_size": None, "mask_token_id": tokenizer.mask_token_id,
+            "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+
+
+def pretrain_teacher(model_cfg: dict, tokenizer_dir, corpus_path, out_dir, loss_log, seed: int, preset: str) -> dict:
+    from transformers import AutoTokenizer
+
+    from .training.ar_pretrain import pack_documents, pretrain
+
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    arch, pre = dict(model_cfg["arch"], init_seed=seed), model_cfg["pretrain"]
+    model = build_qwen3(arch, tok)
+    rows = pack_documents(read_jsonl(corpus_path), tok, pre["seq_len"], seed)
+    summary = pretrain(model, rows, steps=pre["steps"], batch_size=pre["batch_size"], lr=pre["lr"],
+                       warmup_steps=pre["warmup_steps"], weight_decay=pre["weight_decay"], grad_clip=pre["grad_clip"],
+                       dtype=pre["dtype"], seed=seed, log_path=loss_log, log_every=pre["log_every"])
+    info = {
+        **ar_conventions(tok),
+        "method": "ar_pretrain", "preset": preset, "seed": seed,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "arch": model_cfg["arch"], "pretrain": pre,
+        "data": {"corpus": str(corpus_path), "corpus_tokens": int(rows.numel()), **summary},
+        "versions": library_versions(),
+    }
+    save_model(model, tok, out_dir, info)
+    return info
+
+
+def fetch_teacher(model_cfg: dict, out_dir, seed: int, preset: str) -> dict:
+    """Resolve the checkpoint (fails at once offline, naming model_path) and write it as a project
+    folder: weights, tokenizer with the mask token, conventions JSON."""
+    from transformers import AutoModelForCausalLM
+
+    t0 = time.time()
+    local = resolve_pretrained(model_cfg["hub_id"], model_cfg["model_path"], model_cfg["revision"])
+    tok = load_pretrained_tokenizer(local)
+    model = AutoModelForCausalLM.from_pretrained(local, dtype="auto")
+    info = {
+        **ar_conventions(tok),
+        "method": "pretrained", "preset": preset, "seed": seed,
+        "hub_id": model_cfg["hub_id"], "model_path": model_cfg["model_path"], "revision": model_cfg["revision"],
+        "source_folder": str(Path(local)), "parameters": sum(p.numel() for p in model.parameters()),
+        "fetch_seconds": round(time.time() - t0, 1),
+        "versions": library_versions(),
+    }
+    save_model(model, tok, out_dir, info)
+    return info

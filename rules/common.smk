@@ -1,0 +1,54 @@
+# Load the preset, validate it against the schema, check cross-key constraints, path helpers.
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import min_version, validate
+
+from ar2dlm.config import ConfigError, check_config, describe_schema_error, merge_preset
+
+min_version("9.0")
+
+_merged = merge_preset(config, Path(workflow.basedir) / "config")
+config.clear()
+config.update(_merged)
+try:
+    validate(config, "../config/schema.yaml", set_default=False)
+except WorkflowError as exc:
+    raise WorkflowError(describe_schema_error(exc)) from None
+try:
+    check_config(config)
+except ConfigError as exc:
+    raise WorkflowError(f"invalid config: {exc}") from None
+
+RESULTS = "results"
+MODELS = list(config["models"])
+PREF_DOMAINS = list(config["data"]["preferences"]["domains"])
+SPLITS = ["train", "eval"]
+
+
+def data_path(*parts):
+    return "/".join([RESULTS, "data", *parts])
+
+
+def teacher_dir(model="{model}"):
+    return f"{RESULTS}/models/{model}/teacher"
+
+
+def eval_path(benchmark, model="{model}", run="teacher"):
+    return f"{RESULTS}/eval/{benchmark}/{model}/{run}.json"
+
+
+def log_path(name):
+    return f"{RESULTS}/logs/{name}.log"
+
+
+def corpus_outputs():
+    out = {"manifest": data_path("corpus", "manifest.json"), "subset": data_path("corpus", "subset.jsonl")}
+    if config["data"]["corpus"]["materialize_stream"]:
+        out["stream"] = data_path("corpus", "stream.jsonl")
+    return out
+
+
+wildcard_constraints:
+    model="|".join(MODELS),
+    domain="|".join(PREF_DOMAINS),

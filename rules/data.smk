@@ -1,0 +1,77 @@
+# Data stage: synthetic suites, preference pairs, tokenizer, pretraining corpus (subset + stream).
+
+
+rule synthetic_suites:
+    """HumanEval+-format code suite and arithmetic suite, train and held-out eval."""
+    output:
+        code_train=data_path("code", "train.jsonl"),
+        code_eval=data_path("code", "eval.jsonl"),
+        math_train=data_path("math", "train.jsonl"),
+        math_eval=data_path("math", "eval.jsonl"),
+    params:
+        data=config["data"],
+    log:
+        log_path("data/synthetic_suites"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/make_suites.py"
+
+
+def preference_inputs(wildcards):
+    spec = config["data"]["preferences"]["domains"][wildcards.domain]
+    if spec["source"] != "synthetic":
+        return {}
+    return {"train": data_path(wildcards.domain, "train.jsonl"), "eval": data_path(wildcards.domain, "eval.jsonl")}
+
+
+rule preferences:
+    """Preference pairs (prompt, chosen, rejected) of one domain, train and held-out."""
+    input:
+        unpack(preference_inputs),
+    output:
+        train=data_path("preferences", "{domain}", "train.jsonl"),
+        eval=data_path("preferences", "{domain}", "eval.jsonl"),
+    params:
+        data=config["data"],
+    log:
+        log_path("data/preferences_{domain}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/make_preferences.py"
+
+
+rule tokenizer:
+    """Byte-level BPE trained on the corpus text, or the pretrained tokenizer plus a mask token."""
+    input:
+        code_train=data_path("code", "train.jsonl"),
+        math_train=data_path("math", "train.jsonl"),
+    output:
+        directory(data_path("tokenizer")),
+    params:
+        data=config["data"],
+    log:
+        log_path("data/tokenizer"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/make_tokenizer.py"
+
+
+rule corpus:
+    """Seeded token-budget subset and stream of the pretraining corpus, with a manifest."""
+    input:
+        tokenizer=data_path("tokenizer"),
+        code_train=data_path("code", "train.jsonl"),
+        math_train=data_path("math", "train.jsonl"),
+    output:
+        **corpus_outputs(),
+    params:
+        data=config["data"],
+    log:
+        log_path("data/corpus"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/make_corpus.py"

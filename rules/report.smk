@@ -1,0 +1,22 @@
+# Report stage: what the chosen preset has produced, as Markdown and JSON.
+
+
+rule run_summary:
+    """Run summary: data sizes, teachers (provenance, held-out loss, pass@1)."""
+    input:
+        evals=expand(eval_path("synthetic_code"), model=MODELS),
+        teachers=expand(teacher_dir(), model=MODELS),
+        corpus=data_path("corpus", "manifest.json"),
+        preferences=expand(data_path("preferences", "{domain}", "eval.jsonl"), domain=PREF_DOMAINS),
+    output:
+        markdown=f"{RESULTS}/summary.md",
+        json=f"{RESULTS}/summary.json",
+    params:
+        preset=config["preset"],
+        models=MODELS,
+    log:
+        log_path("report/run_summary"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/run_summary.py"
