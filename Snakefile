@@ -3,7 +3,11 @@
 #   snakemake all_tables --configfile config/presets/smoke.yaml # seconds per job
 #   snakemake --profile slurm all_tables --configfile config/presets/paper.yaml
 
-configfile: "config/config.yaml"
+from pathlib import Path
+
+
+# The embedded default, found beside this Snakefile whatever the working directory (--directory).
+configfile: Path(workflow.basedir) / "config" / "config.yaml"
 
 
 include: "rules/common.smk"

@@ -41,7 +41,9 @@ def describe_schema_error(exc: BaseException) -> str:
     """Turn the jsonschema error wrapped by ``snakemake.utils.validate`` into one line naming the key."""
     import jsonschema
 
-    err = next((a for a in getattr(exc, "args", ()) if isinstance(a, jsonschema.ValidationError)), None)
+    err = exc
+    while err is not None and not isinstance(err, jsonschema.ValidationError):
+        err = err.__cause__ or err.__context__
     if err is None:
         return str(exc)
     err = jsonschema.exceptions.best_match([err]) if not err.context else jsonschema.exceptions.best_match(err.context)
@@ -81,9 +83,10 @@ def check_config(config: dict) -> None:
                                   f"no synthetic preference domain {name!r} (known: {', '.join(SYNTHETIC_DOMAINS)})")
             suite = data[SYNTHETIC_DOMAINS[name]]
             for split in ("train", "eval"):
-                if prefs[f"n_{split}"] > suite[f"n_{split}"]:
-                    raise ConfigError(f"data.preferences.n_{split}",
-                                      f"{prefs[f'n_{split}']} {name} pairs asked, larger than their source "
+                n = dom.get(f"n_{split}", prefs[f"n_{split}"])
+                if n > suite[f"n_{split}"]:
+                    key = f"data.preferences.domains.{name}.n_{split}" if f"n_{split}" in dom else f"data.preferences.n_{split}"
+                    raise ConfigError(key, f"{n} {name} pairs asked, larger than their source "
                                       f"data.{SYNTHETIC_DOMAINS[name]}.n_{split} ({suite[f'n_{split}']})")
 
     limit = config["eval"]["teacher_code"]["limit"]

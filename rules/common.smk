@@ -1,4 +1,5 @@
 # Load the preset, validate it against the schema, check cross-key constraints, path helpers.
+import os
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -27,7 +28,7 @@ SPLITS = ["train", "eval"]
 
 
 def data_path(*parts):
-    return "/".join([RESULTS, "data", *parts])
+    return os.path.join(RESULTS, "data", *parts)
 
 
 def teacher_dir(model="{model}"):
@@ -52,3 +53,19 @@ def corpus_outputs():
 wildcard_constraints:
     model="|".join(MODELS),
     domain="|".join(PREF_DOMAINS),
+
+
+def preference_inputs(wildcards):
+    """Synthetic preference domains are built from the suite of the same name."""
+    spec = config["data"]["preferences"]["domains"][wildcards.domain]
+    if spec["source"] != "synthetic":
+        return {}
+    return {"train": data_path(wildcards.domain, "train.jsonl"), "eval": data_path(wildcards.domain, "eval.jsonl")}
+
+
+def teacher_inputs(wildcards):
+    """A teacher pretrained here reads the corpus stream; a pretrained one only the tokenizer rule's output."""
+    inputs = {"tokenizer": data_path("tokenizer")}
+    if config["models"][wildcards.model]["source"] == "pretrain":
+        inputs["corpus"] = data_path("corpus", "stream.jsonl")
+    return inputs

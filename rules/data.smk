@@ -18,13 +18,6 @@ rule synthetic_suites:
         "../workflow_scripts/make_suites.py"
 
 
-def preference_inputs(wildcards):
-    spec = config["data"]["preferences"]["domains"][wildcards.domain]
-    if spec["source"] != "synthetic":
-        return {}
-    return {"train": data_path(wildcards.domain, "train.jsonl"), "eval": data_path(wildcards.domain, "eval.jsonl")}
-
-
 rule preferences:
     """Preference pairs (prompt, chosen, rejected) of one domain, train and held-out."""
     input:

@@ -1,13 +1,6 @@
 # AR teacher stage: pretrain a small Qwen3 here, or fetch Qwen3-*-Base; then check it.
 
 
-def teacher_inputs(wildcards):
-    inputs = {"tokenizer": data_path("tokenizer")}
-    if config["models"][wildcards.model]["source"] == "pretrain":
-        inputs["corpus"] = data_path("corpus", "stream.jsonl")
-    return inputs
-
-
 rule teacher:
     """The AR teacher as a Hugging Face folder with its conventions and provenance JSON."""
     input:

@@ -57,7 +57,7 @@ def build_preferences(data_cfg: dict, domain: str, suite_train, suite_eval, out_
     prefs, seed = data_cfg["preferences"], data_cfg["seed"]
     spec = prefs["domains"][domain]
     for split, src, out in (("train", suite_train, out_train), ("eval", suite_eval, out_eval)):
-        n = prefs[f"n_{split}"]
+        n = spec.get(f"n_{split}", prefs[f"n_{split}"])
         if spec["source"] == "synthetic":
             rows = make_preferences(domain, read_jsonl(src), n, seed, split)
         else:

@@ -1,0 +1,48 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def run_snakemake(args, workdir, timeout=600):
+    """Run snakemake on this repo's Snakefile with ``workdir`` as working directory."""
+    cmd = SNAKEMAKE + ["-s", str(REPO / "Snakefile"), "-d", str(workdir)] + list(args)
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture
+def dry_run(tmp_path):
+    """Dry-run all_tables with a config (a dict merged over a preset); returns the finished process."""
+
+    def _run(config: dict | None = None, preset: str | None = "smoke", target: str = "all_tables"):
+        files = [str(REPO / "config" / "presets" / f"{preset}.yaml")] if preset else []
+        if config is not None:
+            path = tmp_path / "override.yaml"
+            path.write_text(yaml.safe_dump(config))
+            files.append(str(path))
+        args = ["-n", target] + (["--configfile", *files] if files else [])
+        return run_snakemake(args, tmp_path, timeout=120)
+
+    return _run
+
+
+@pytest.fixture(scope="session")
+def smoke_tokenizer(tmp_path_factory):
+    """A BPE tokenizer trained on a small synthetic corpus (seconds)."""
+    from ar2dlm.data.code_suite import generate_code_suite
+    from ar2dlm.data.corpus import suite_documents
+    from ar2dlm.data.math_suite import generate_math_suite
+    from ar2dlm.tokenization import train_bpe_tokenizer
+
+    code, _ = generate_code_suite(300, 1, 0.2, 0)
+    maths, _ = generate_math_suite(200, 1, 0)
+    docs = suite_documents(code, maths)
+    out = tmp_path_factory.mktemp("tok")
+    return train_bpe_tokenizer((d["prompt"] + d["completion"] for d in docs), 400, out), docs

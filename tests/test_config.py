@@ -1,0 +1,83 @@
+"""The DAG builds for every preset; bad configs fail at DAG build time naming the key."""
+
+import pytest
+
+from tests.conftest import REPO, run_snakemake
+
+
+@pytest.mark.parametrize("preset", ["smoke", "tiny", "paper", None])
+def test_dry_run_all_tables(dry_run, preset):
+    proc = dry_run(preset=preset)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    for rule in ("synthetic_suites", "tokenizer", "corpus", "teacher", "eval_teacher_code", "run_summary"):
+        assert rule in proc.stdout
+
+
+def test_paper_dry_run_lists_every_model(dry_run):
+    proc = dry_run(preset="paper")
+    assert proc.returncode == 0, proc.stderr
+    for model in ("qwen3_0_6b", "qwen3_1_7b", "qwen3_4b", "qwen3_8b"):
+        assert f"results/models/{model}/teacher" in proc.stdout
+        assert f"results/eval/synthetic_code/{model}/teacher.json" in proc.stdout
+    assert "results/data/preferences/helpful/train.jsonl" in proc.stdout
+
+
+def test_embedded_default_is_the_tiny_preset():
+    import yaml
+
+    from ar2dlm.config import merge_preset
+
+    default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    tiny = yaml.safe_load((REPO / "config" / "presets" / "tiny.yaml").read_text())
+    assert merge_preset(default, REPO / "config") == tiny
+
+
+def test_override_merges_over_preset():
+    from ar2dlm.config import merge_preset
+
+    cfg = merge_preset({"preset": "smoke", "models": {"tiny": {"pretrain": {"steps": 7}}}}, REPO / "config")
+    assert cfg["models"]["tiny"]["pretrain"]["steps"] == 7
+    assert cfg["models"]["tiny"]["pretrain"]["batch_size"] == 8  # untouched keys keep the preset's value
+
+
+BAD_CONFIGS = [
+    # (override merged over the smoke preset, key that the error must name, words it must contain)
+    ({"data": {"corpus": {"subset_tokenz": 5}}}, "data.corpus", "subset_tokenz"),
+    ({"modelz": {}}, "<top level>", "modelz"),
+    ({"data": {"code_suite": {"n_train": "many"}}}, "data.code_suite.n_train", "is not of type 'integer'"),
+    ({"data": {"corpus": {"stream_tokens": 0}}}, "data.corpus.stream_tokens", "minimum"),
+    ({"models": {"tiny": {"pretrain": {"steps": -5}}}}, "models.tiny.pretrain.steps", "minimum"),
+    ({"data": {"corpus": {"subset_tokens": 30000}}}, "data.corpus.subset_tokens", "larger than its source"),
+    ({"data": {"preferences": {"n_eval": 100}}}, "data.preferences.n_eval", "larger than their source"),
+    ({"eval": {"teacher_code": {"limit": 1000}}}, "eval.teacher_code.limit", "larger than their source"),
+    ({"data": {"code_suite": {"heldout_fraction": 0}}}, "data.code_suite.heldout_fraction", "less than or equal to the minimum of 0"),
+    ({"data": {"code_suite": {"n_eval": 0}}}, "data.code_suite.n_eval", "minimum"),
+    ({"data": {"code_suite": {"heldout_fraction": 0.99}}}, "data.code_suite.heldout_fraction", "no training pairing"),
+    ({"preset": "huge"}, "preset", "unknown preset"),
+    ({"models": {"tiny": {"arch": {"num_attention_heads": 3}}}}, "models.tiny.arch.num_attention_heads", "must divide"),
+    ({"models": {"tiny": {"pretrain": {"dtype": "fp8"}}}}, "models.tiny.pretrain.dtype", "fp8"),
+    ({"models": {"big": {"source": "hub", "hub_id": "Qwen/Qwen3-0.6B-Base", "model_path": "/nonexistent/qwen",
+                         "revision": None}}}, "models.big.model_path", "missing checkpoint"),
+    ({"models": {"big": {"source": "hub"}}}, "models.big", "hub_id"),
+    ({"data": {"preferences": {"domains": {"poetry": {"source": "synthetic"}}}}}, "data.preferences.domains.poetry",
+     "no synthetic preference domain"),
+]
+
+
+@pytest.mark.parametrize("override,key,words", BAD_CONFIGS, ids=[b[1] + ":" + b[2][:20] for b in BAD_CONFIGS])
+def test_bad_config_fails_naming_the_key(dry_run, override, key, words):
+    proc = dry_run(override)
+    out = proc.stderr + proc.stdout
+    assert proc.returncode != 0, out
+    assert f"config key '{key}'" in out, out[-2000:]
+    assert words in out, out[-2000:]
+    assert "rule " not in proc.stdout  # failed before any job was planned
+
+
+def test_lint_is_clean():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "Congratulations" in proc.stdout + proc.stderr, proc.stdout + proc.stderr

