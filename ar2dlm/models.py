@@ -40,7 +40,8 @@ def build_qwen3(arch: dict, tokenizer):
     return Qwen3ForCausalLM(cfg)
 
 
-def resolve_pretrained(hub_id: str | None, model_path: str | None, revision: str | None = None) -> str:
+def resolve_pretrained(hub_id: str | None, model_path: str | None, revision: str | None = None,
+                       local_key: str = "`model_path:` of this model") -> str:
     """Return a local folder holding the checkpoint: ``model_path`` if given, else a hub snapshot.
 
     Offline (or with the hub unreachable) this fails at once, naming the model and how to point
@@ -63,7 +64,7 @@ def resolve_pretrained(hub_id: str | None, model_path: str | None, revision: str
         raise CheckpointError(
             f"cannot download {hub_id!r} from the Hugging Face hub ({type(exc).__name__}: {str(exc)[:200]}). "
             f"If this machine is offline, download it elsewhere (`huggingface-cli download {hub_id}`) and set "
-            f"`model_path:` of this model in your config to the local folder."
+            f"{local_key} in your config to the local folder."
         ) from exc
 
 

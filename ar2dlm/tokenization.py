@@ -43,7 +43,13 @@ def load_pretrained_tokenizer(name_or_path: str, out_dir: str | Path | None = No
     """
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(name_or_path)
+    from .models import resolve_pretrained
+
+    # Resolve hub ids through a snapshot first: it fails in about a second offline, where
+    # AutoTokenizer would retry for most of a minute.
+    local = name_or_path if Path(name_or_path).is_dir() else resolve_pretrained(
+        name_or_path, None, local_key="`data.tokenizer.path`")
+    tok = AutoTokenizer.from_pretrained(local)
     if tok.mask_token is None:
         tok.add_special_tokens({"mask_token": MASK_TOKEN})
     if tok.pad_token is None:

@@ -46,3 +46,12 @@ def smoke_tokenizer(tmp_path_factory):
     docs = suite_documents(code, maths)
     out = tmp_path_factory.mktemp("tok")
     return train_bpe_tokenizer((d["prompt"] + d["completion"] for d in docs), 400, out), docs
+
+
+@pytest.fixture
+def offline_hub(monkeypatch):
+    """Make the Hugging Face hub unreachable for this test, whatever the machine's network."""
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)

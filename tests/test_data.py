@@ -155,3 +155,37 @@ def test_hub_preferences_from_local_ultrafeedback_style_file(tmp_path):
         assert p["chosen"] == f"good {i}" and p["rejected"] == f"bad {i}" and p["domain"] == "helpful"
     with pytest.raises(ValueError, match="holds only 20 rows"):
         hub_preferences(spec, "eval", 30, seed=0, domain="helpful")
+
+
+def test_build_corpus_from_a_hub_source_on_local_files(smoke_tokenizer, tmp_path):
+    """The paper path: a data set read by name with `datasets` (here the json builder on a local
+    file), subset written, stream left to be read at training time."""
+    from ar2dlm.data.build import build_corpus
+
+    tok, docs = smoke_tokenizer
+    tok.save_pretrained(str(tmp_path / "tok"))
+    src = tmp_path / "corpus.jsonl"
+    src.write_text("".join(json.dumps({"text": d["prompt"] + d["completion"]}) + "\n" for d in docs))
+    cfg = {"seed": 0, "corpus": {"source": "hub", "stdlib_files": 0, "subset_tokens": 2000, "stream_tokens": 8000,
+                                 "materialize_stream": False,
+                                 "hub": {"path": "json", "data_files": str(src), "split": "train", "text_field": "text",
+                                         "shuffle_buffer": 64}}}
+    info = build_corpus(cfg, tmp_path / "tok", None, None, tmp_path / "manifest.json", tmp_path / "subset.jsonl")
+    assert info["subset"]["tokens"] >= 2000 and info["stream"]["budget_tokens"] == 8000
+    assert info["stream"]["path"] is None and not (tmp_path / "stream.jsonl").exists()
+    assert json.loads((tmp_path / "manifest.json").read_text())["subset"] == info["subset"]
+    cfg["corpus"]["subset_tokens"] = 10**7
+    with pytest.raises(ValueError, match="data.corpus.subset_tokens"):
+        build_corpus(cfg, tmp_path / "tok", None, None, tmp_path / "m2.json", tmp_path / "s2.jsonl")
+    assert not (tmp_path / "s2.jsonl").exists() and not (tmp_path / "m2.json").exists()
+
+
+def test_offline_pretrained_tokenizer_fails_at_once_naming_the_key(offline_hub):
+    import time
+
+    from ar2dlm.models import CheckpointError
+
+    t0 = time.time()
+    with pytest.raises(CheckpointError, match="data.tokenizer.path"):
+        load_pretrained_tokenizer("Qwen/not-a-cached-model")
+    assert time.time() - t0 < 30

@@ -55,11 +55,7 @@ def test_lr_schedule_warms_up_then_decays():
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[-1] >= 0.1
 
 
-def test_offline_hub_fails_at_once_naming_model_path(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    import huggingface_hub.constants as c
-
-    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
+def test_offline_hub_fails_at_once_naming_model_path(offline_hub):
     t0 = time.time()
     with pytest.raises(CheckpointError, match="model_path") as err:
         resolve_pretrained("Qwen/Qwen3-0.6B-Base-not-cached", None)
