@@ -4,7 +4,6 @@ the weights. Decoding conventions are always read from that JSON, never guessed.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from .provenance import read_json, write_json
@@ -94,6 +93,3 @@ def load_model(model_dir: str | Path, dtype=None):
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     return model, tokenizer, conventions
 
-
-def cpu_threads() -> int:
-    return int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))

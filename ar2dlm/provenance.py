@@ -65,9 +65,14 @@ def read_json(path: str | Path):
         return json.load(f)
 
 
-def log_to(path: str | Path) -> None:
-    """Send this process's stdout and stderr (progress bars included) to a job's log file."""
+def log_to(path: str | Path, threads: int | None = None) -> None:
+    """Send this process's stdout and stderr (progress bars included) to a job's log file, and
+    give torch the job's threads (Snakemake scales ``threads`` down to ``--cores``)."""
     import sys
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     sys.stdout = sys.stderr = open(path, "w", buffering=1)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)

@@ -24,7 +24,6 @@ except ConfigError as exc:
 RESULTS = "results"
 MODELS = list(config["models"])
 PREF_DOMAINS = list(config["data"]["preferences"]["domains"])
-SPLITS = ["train", "eval"]
 
 
 def data_path(*parts):

@@ -12,6 +12,7 @@ rule teacher:
         model_cfg=lambda wc: config["models"][wc.model],
         seed=config["seed"],
         preset=config["preset"],
+    threads: 8
     log:
         log_path("teacher/{model}"),
     conda:
@@ -30,7 +31,7 @@ rule eval_teacher_code:
         eval_path("synthetic_code"),
     params:
         cfg=config["eval"]["teacher_code"],
-    threads: config["eval"]["teacher_code"]["parallel"]
+    threads: 8
     log:
         log_path("eval/synthetic_code_{model}_teacher"),
     conda:

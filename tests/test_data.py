@@ -29,8 +29,13 @@ def test_suites_are_deterministic_per_seed():
 def test_code_suite_format_and_heldout_pairings():
     train, held = generate_code_suite(600, 60, 0.2, seed=0)
     assert all(FIELDS <= set(t) for t in train + held)
-    pair = lambda t: (t["family"], *t["ops"])  # noqa: E731
-    assert not {pair(t) for t in held} & {pair(t) for t in train}
+    def adjacent(t):  # every pairing of neighbouring operations in a task
+        return {(t["family"], a, b) for a, b in zip(t["ops"], t["ops"][1:])}
+
+    train_adjacent = set().union(*map(adjacent, train))
+    for t in held:  # the pairing a held-out task is built around never occurs in training
+        assert (t["family"], *t["ops"][-2:]) not in train_adjacent
+    assert any(len(t["ops"]) == 3 for t in train) and any(len(t["ops"]) == 3 for t in held)
     assert len({t["family"] for t in held}) == len(FAMILIES)
     train_pairs, _ = split_pairings(0.2, 0)
     for fam, (first, second) in FAMILIES.items():

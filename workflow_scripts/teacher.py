@@ -1,7 +1,7 @@
 from ar2dlm.provenance import log_to
 from ar2dlm.teacher import fetch_teacher, pretrain_teacher
 
-log_to(snakemake.log[0])
+log_to(snakemake.log[0], snakemake.threads)
 p, out = snakemake.params, snakemake.output
 if p.model_cfg["source"] == "pretrain":
     info = pretrain_teacher(p.model_cfg, snakemake.input.tokenizer, snakemake.input.corpus, out.model, out.loss_log,

@@ -39,16 +39,16 @@ def _none(rng: random.Random) -> dict:
 
 
 INT_OPS = [
-    Op("add", _k(1, 9), lambda p: f"add {p['k']}", lambda v, p: [f"{v} = {v} + {p['k']}"]),
-    Op("sub", _k(1, 9), lambda p: f"subtract {p['k']}", lambda v, p: [f"{v} = {v} - {p['k']}"]),
-    Op("mul", _k(2, 9), lambda p: f"multiply by {p['k']}", lambda v, p: [f"{v} = {v} * {p['k']}"]),
+    Op("add", _k(1, 19), lambda p: f"add {p['k']}", lambda v, p: [f"{v} = {v} + {p['k']}"]),
+    Op("sub", _k(1, 19), lambda p: f"subtract {p['k']}", lambda v, p: [f"{v} = {v} - {p['k']}"]),
+    Op("mul", _k(2, 12), lambda p: f"multiply by {p['k']}", lambda v, p: [f"{v} = {v} * {p['k']}"]),
     Op("div", _k(2, 9), lambda p: f"floor-divide by {p['k']}", lambda v, p: [f"{v} = {v} // {p['k']}"]),
     Op("mod", _k(2, 9), lambda p: f"take the remainder modulo {p['k']}", lambda v, p: [f"{v} = {v} % {p['k']}"]),
     Op("square", _none, lambda p: "square it", lambda v, p: [f"{v} = {v} * {v}"]),
     Op("neg", _none, lambda p: "negate it", lambda v, p: [f"{v} = -{v}"]),
     Op("abs", _none, lambda p: "take the absolute value", lambda v, p: [f"{v} = abs({v})"]),
-    Op("max", _k(0, 9), lambda p: f"take the larger of it and {p['k']}", lambda v, p: [f"{v} = max({v}, {p['k']})"]),
-    Op("min", _k(0, 9), lambda p: f"take the smaller of it and {p['k']}", lambda v, p: [f"{v} = min({v}, {p['k']})"]),
+    Op("max", _k(-9, 19), lambda p: f"take the larger of it and {p['k']}", lambda v, p: [f"{v} = max({v}, {p['k']})"]),
+    Op("min", _k(-9, 19), lambda p: f"take the smaller of it and {p['k']}", lambda v, p: [f"{v} = min({v}, {p['k']})"]),
     Op(
         "halve_even",
         _k(1, 9),
@@ -202,24 +202,65 @@ def _args(fam: str, rng: random.Random, wide: bool):
     return ["".join(rng.choice(alphabet) for _ in range(n))]
 
 
-def _build(fam: str, i: int, j: int, rng: random.Random) -> dict:
+# Paraphrases: the same operation is described in several ways in both splits, so the model has
+# to read the docstring rather than match one fixed phrase.
+SYNONYMS = {
+    ("int", "add"): [lambda p: f"increase it by {p['k']}", lambda p: f"add {p['k']} to it"],
+    ("int", "sub"): [lambda p: f"decrease it by {p['k']}", lambda p: f"take {p['k']} away"],
+    ("int", "mul"): [lambda p: f"scale it by {p['k']}", lambda p: f"multiply it by {p['k']}"],
+    ("int", "square"): [lambda p: "multiply it by itself"],
+    ("int", "neg"): [lambda p: "flip its sign"],
+    ("list", "map_add"): [lambda p: f"increase each element by {p['k']}"],
+    ("list", "map_mul"): [lambda p: f"scale each element by {p['k']}"],
+    ("list", "keep_gt"): [lambda p: f"drop the elements that are not above {p['k']}"],
+    ("list", "sort"): [lambda p: "put the elements in increasing order"],
+    ("str", "upper"): [lambda p: "capitalise every letter"],
+    ("str", "reverse"): [lambda p: "write it backwards"],
+}
+_CONNECTORS = [", then ", ", after that ", " and then "]
+_OPENINGS = {
+    "int": ["Take x, {ops}. Return the result.", "Start from the integer x: {ops}. Return the value.",
+            "Given x, {ops}, and return it."],
+    "list": ["Given a list of integers xs, {ops}.", "Take the list xs, {ops}."],
+    "str": ["Given a string s, {ops}.", "Take the string s, {ops}."],
+}
+
+
+def _describe(fam: str, op: Op, params: dict, rng: random.Random) -> str:
+    choices = [op.describe] + SYNONYMS.get((fam, op.name), [])
+    return rng.choice(choices)(params)
+
+
+def _build(fam: str, i: int, j: int, rng: random.Random, prefix: bool = False, train_pairs: frozenset = frozenset()) -> dict:
+    """A task built around the pairing (first[i], second[j]); ``prefix`` puts one more
+    operation of the first kind in front. For integers, where the prefix forms a second pairing
+    (prefix, first[i]), that pairing is always a training one, so a held-out pairing never
+    appears in a training task."""
     first, second = FAMILIES[fam]
-    a, b = first[i], second[j]
-    pa, pb = a.params(rng), b.params(rng)
+    ops = [first[i], second[j]]
+    if prefix and fam != "loop":
+        if fam == "int":
+            choices = [o for h, o in enumerate(first) if (fam, h, i) in train_pairs]
+        else:
+            choices = [o for o in first if o is not ops[0]]
+        ops.insert(0, rng.choice(choices))
+    params = [op.params(rng) for op in ops]
     name = _fn_name(rng)
-    if fam == "int":
-        arg, doc = "x", f"Take x, {a.describe(pa)}, then {b.describe(pb)}. Return the result."
-        body = a.lines("x", pa) + b.lines("x", pb) + ["return x"]
-    elif fam == "list":
-        arg, doc = "xs", f"Given a list of integers xs, {a.describe(pa)}, then {b.describe(pb)}."
-        body = a.lines("xs", pa) + b.lines("xs", pb)
-    elif fam == "str":
-        arg, doc = "s", f"Given a string s, {a.describe(pa)}, then {b.describe(pb)}."
-        body = a.lines("s", pa) + b.lines("s", pb)
-    else:
+    if fam == "loop":
+        (a, b), (pa, pb) = ops, params
         arg = "n"
         doc = f"For i in range(n), let term = {a.describe(pa)}. Return {b.describe(pb)}."
         body = ["total = 0", "for i in range(n):"] + ["    " + ln for ln in a.lines("term", pa) + b.lines("term", pb)] + ["return total"]
+    else:
+        arg = {"int": "x", "list": "xs", "str": "s"}[fam]
+        phrases = [_describe(fam, op, p, rng) for op, p in zip(ops, params)]
+        text = phrases[0]
+        for phrase in phrases[1:]:
+            text += rng.choice(_CONNECTORS) + phrase
+        doc = rng.choice(_OPENINGS[fam]).format(ops=text)
+        body = [ln for op, p in zip(ops, params) for ln in op.lines(arg, p)]
+        if fam == "int":
+            body.append("return x")
     solution = "".join(f"    {ln}\n" for ln in body)
     example = _args(fam, rng, wide=False)
     expected = run_solution(f"def {name}({arg}):\n" + solution, name, [example])[0]
@@ -230,7 +271,8 @@ def _build(fam: str, i: int, j: int, rng: random.Random) -> dict:
         f"    {expected!r}\n"
         f'    """\n'
     )
-    return {"prompt": prompt, "canonical_solution": solution, "entry_point": name, "family": fam, "ops": [a.name, b.name]}
+    return {"prompt": prompt, "canonical_solution": solution, "entry_point": name, "family": fam,
+            "ops": [op.name for op in ops]}
 
 
 def run_solution(source: str, entry_point: str, inputs: list[list]) -> list:
@@ -249,7 +291,8 @@ def _test_source(entry_point: str, inputs: list[list], outputs: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def generate_code_suite(n_train: int, n_eval: int, heldout_fraction: float, seed: int, n_base: int = 5, n_plus: int = 15):
+def generate_code_suite(n_train: int, n_eval: int, heldout_fraction: float, seed: int, n_base: int = 5, n_plus: int = 15,
+                        prefix_share: float = 0.5):
     """Return (train, eval) lists of HumanEval+-format task dicts, deterministic in ``seed``."""
     train_pairs, held_pairs = split_pairings(heldout_fraction, seed)
     out = {}
@@ -258,7 +301,7 @@ def generate_code_suite(n_train: int, n_eval: int, heldout_fraction: float, seed
         tasks, seen = [], set()
         while len(tasks) < n:
             fam, i, j = pairs[rng.randrange(len(pairs))]
-            task = _build(fam, i, j, rng)
+            task = _build(fam, i, j, rng, prefix=rng.random() < prefix_share, train_pairs=frozenset(train_pairs))
             key = task["prompt"].split("\n", 1)[1] + task["canonical_solution"]
             if key in seen:
                 continue
