@@ -310,6 +310,8 @@ def generate_code_suite(n_train: int, n_eval: int, heldout_fraction: float, seed
             plus = [_args(fam, rng, wide=True) for _ in range(n_plus)]
             source = task["prompt"] + task["canonical_solution"]
             outputs = run_solution(source, task["entry_point"], base + plus)
+            if len({repr(o) for o in outputs}) == 1:  # a constant function would pass its own tests trivially
+                continue
             task_id = f"Synth/{split}/{len(tasks)}"
             tasks.append(
                 {

@@ -13,7 +13,8 @@ import re
 from .code_suite import run_solution
 
 _SWAPS = [(" + ", " - "), (" - ", " + "), (" * ", " + "), (" // ", " % "), (" % ", " // "), (" > ", " < "),
-          (" < ", " > "), ("max(", "min("), ("min(", "max("), (".upper()", ".lower()"), ("[:", "[1:")]
+          (" < ", " > "), ("max(", "min("), ("min(", "max("), (".upper()", ".lower()"), ("[:", "[1:"),
+          ("return len(", "return 1 + len(")]
 
 
 def _mutations(body: str, rng: random.Random):
@@ -22,11 +23,14 @@ def _mutations(body: str, rng: random.Random):
     for m in re.finditer(r"(?<![\w'])(\d+)(?![\w'])", body):
         k = int(m.group(1))
         cands.append(body[: m.start()] + str(k + rng.choice([1, 2, 3])) + body[m.end():])
+    for m in re.finditer(r"'([a-j])'", body):
+        other = rng.choice([ch for ch in "abcdefghij" if ch != m.group(1)])
+        cands.append(body[: m.start()] + f"'{other}'" + body[m.end():])
     for old, new in _SWAPS:
         if old in body:
             cands.append(body.replace(old, new, 1))
     for i, ln in enumerate(lines):
-        if "return" not in ln and not ln.rstrip().endswith(":") and len(lines) > 2:
+        if "return" not in ln and not ln.rstrip().endswith(":") and len(lines) >= 2:
             cands.append("".join(lines[:i] + lines[i + 1:]))
     rng.shuffle(cands)
     return cands
