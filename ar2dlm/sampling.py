@@ -3,8 +3,20 @@ diffusion samplers build on the same batching and stopping conventions."""
 
 from __future__ import annotations
 
+import inspect
+import time
+from dataclasses import dataclass
+
 import torch
 from tqdm import tqdm
+from transformers import DynamicCache, Qwen3ForCausalLM
+
+from .attention import attention_mask, position_ids
+from .conventions import Conventions
+
+
+# transformers 5.x renamed `past_key_values` to `cache` in model forwards.
+CACHE_KW = "cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward).parameters else "past_key_values"
 
 
 def left_pad(batch: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,3 +46,146 @@ def generate_ar(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
         for row in gen[:, ids.shape[1]:].tolist():
             out.append(row[: row.index(eos)] if eos in row else row)
     return out
+
+
+@dataclass
+class DecodeStats:
+    """NFE = forward passes; tokens count response tokens up to end-of-text only."""
+
+    nfe: int = 0
+    steps: int = 0  # unmasking steps summed over rows (a row steps while its block has masks)
+    decoded: int = 0  # positions unmasked (a block is decoded whole, end-of-text or not)
+    response_tokens: int = 0
+    seconds: float = 0.0
+    batch_size: int = 0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.decoded / max(1, self.steps)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.response_tokens / max(1e-9, self.seconds)
+
+    def as_dict(self) -> dict:
+        return {"nfe": self.nfe, "steps": self.steps, "decoded": self.decoded, "response_tokens": self.response_tokens,
+                "seconds": round(self.seconds, 4), "batch_size": self.batch_size,
+                "tokens_per_step": round(self.tokens_per_step, 4), "tokens_per_s": round(self.tokens_per_s, 2)}
+
+
+def check_decode_args(gen_length: int, block_size: int, threshold: float | None, steps_per_block: int | None):
+    if block_size < 1 or gen_length % block_size:
+        raise ValueError(f"block size {block_size} does not divide the generation length {gen_length}")
+    if threshold is not None and not 0 < threshold <= 1:
+        raise ValueError(f"confidence threshold {threshold} is outside (0, 1]")
+    if threshold is None and not steps_per_block:
+        raise ValueError("give a confidence threshold or a number of steps per block")
+    if steps_per_block is not None and not 1 <= steps_per_block <= block_size:
+        raise ValueError(f"steps per block {steps_per_block} must lie in [1, block size {block_size}]")
+
+
+def _pick(conf: torch.Tensor, still: torch.Tensor, threshold: float | None, n_fixed: torch.Tensor | None) -> torch.Tensor:
+    """Which masked positions to unmask this step: the most confident one plus all at or above
+    the threshold, or the ``n_fixed`` most confident ones per row."""
+    conf = conf.masked_fill(~still, -1.0)
+    top = torch.zeros_like(still)
+    top.scatter_(1, conf.argmax(1, keepdim=True), True)
+    if n_fixed is not None:
+        order = conf.argsort(1, descending=True).argsort(1)
+        chosen = order < n_fixed.view(-1, 1)
+    else:
+        chosen = conf >= threshold
+    return (chosen | top) & still
+
+
+@torch.no_grad()
+def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length: int, block_size: int, *,
+                 threshold: float | None = 0.9, steps_per_block: int | None = None, use_cache: bool = True,
+                 temperature: float = 0.0, seed: int = 0) -> tuple[list[list[int]], DecodeStats]:
+    """Semi-autoregressive confidence decoding of a DLM for a batch of token-id prompts.
+
+    The response starts fully masked and is decoded block by block, left to right. With block
+    attention the attention blocks are the decoding blocks (prompt = block 0), and ``use_cache``
+    keeps an exact prefix KV cache of the prompt and finished blocks: each step runs only the
+    current block. Without a cache every step recomputes the whole canvas (prompt + response).
+    Each row is cut at its first end-of-text; decoding stops once every row has one.
+    """
+    check_decode_args(gen_length, block_size, threshold if steps_per_block is None else None, steps_per_block)
+    if not conv.is_diffusion:
+        raise ValueError("generate_dlm decodes diffusion models; this checkpoint is causal (use generate_ar)")
+    if use_cache and conv.attention != "block":
+        raise ValueError("an exact KV cache needs block attention; decode bidirectional models with use_cache=False")
+    model.eval()
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    gen = torch.Generator(device=device).manual_seed(seed)
+    t0 = time.perf_counter()
+    stats = DecodeStats(batch_size=len(prompts))
+    ids, valid = left_pad(prompts, conv.pad_token_id)
+    B, P = ids.shape
+    ids = torch.cat([ids, torch.full((B, gen_length), conv.mask_token_id)], 1).to(device)
+    valid = torch.cat([valid, torch.ones(B, gen_length, dtype=torch.long)], 1).to(device)
+    plens = torch.tensor([len(p) for p in prompts], device=device)
+    pos = position_ids(valid)
+    mode = "block" if conv.attention == "block" else "bidirectional"
+    full_mask = attention_mask(mode, valid, dtype, plens, block_size)
+
+    cache, carry = None, None
+    if use_cache:
+        cache = DynamicCache()
+        out = model(input_ids=ids[:, :P], position_ids=pos[:, :P], attention_mask=full_mask[:, :, :P, :P],
+                    **{CACHE_KW: cache}, use_cache=True)
+        carry = out.logits[:, -1:]
+        stats.nfe += 1
+
+    for start in range(P, P + gen_length, block_size):
+        end = start + block_size
+        n_steps_left = steps_per_block
+        while True:
+            still = ids[:, start:end] == conv.mask_token_id
+            if not still.any():
+                break
+            if use_cache:
+                out = model(input_ids=ids[:, start:end], position_ids=pos[:, start:end],
+                            attention_mask=full_mask[:, :, start:end, :end], **{CACHE_KW: cache}, use_cache=True)
+                cache.crop(start - cache.get_seq_length())  # drop this step's block again (negative = remove)
+                logits = out.logits
+                if conv.shift:
+                    logits = torch.cat([carry, logits[:, :-1]], 1)
+            else:
+                width = end if mode == "block" else P + gen_length
+                out = model(input_ids=ids[:, :width], position_ids=pos[:, :width],
+                            attention_mask=full_mask[:, :, :width, :width])
+                lo = start - 1 if conv.shift else start
+                logits = out.logits[:, lo:lo + block_size]
+            stats.nfe += 1
+            stats.steps += int(still.any(1).sum())
+            probs = torch.softmax(logits.float() / max(temperature, 1e-6), -1) if temperature > 0 else \
+                torch.softmax(logits.float(), -1)
+            if temperature > 0:
+                tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=gen).view(B, block_size)
+            else:
+                tokens = probs.argmax(-1)
+            conf = probs.gather(-1, tokens[..., None]).squeeze(-1)
+            n_fixed = None
+            if steps_per_block is not None:
+                n_fixed = (still.sum(1) + n_steps_left - 1) // n_steps_left
+                n_steps_left = max(1, n_steps_left - 1)
+            pick = _pick(conf, still, threshold, n_fixed)
+            stats.decoded += int(pick.sum())
+            ids[:, start:end] = torch.where(pick, tokens, ids[:, start:end])
+        if use_cache:  # append the finished block's exact keys/values
+            out = model(input_ids=ids[:, start:end], position_ids=pos[:, start:end],
+                        attention_mask=full_mask[:, :, start:end, :end], **{CACHE_KW: cache}, use_cache=True)
+            carry = out.logits[:, -1:]
+            stats.nfe += 1
+        if (ids[:, P:end] == conv.eos_token_id).any(1).all():
+            break
+
+    results = []
+    for row in ids[:, P:].tolist():
+        row = [t for t in row if t != conv.mask_token_id]  # undecoded blocks after an early stop
+        results.append(row[: row.index(conv.eos_token_id)] if conv.eos_token_id in row else row)
+    stats.response_tokens = sum(len(r) for r in results)
+    stats.seconds = time.perf_counter() - t0
+    return results, stats
