@@ -14,9 +14,10 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/teacher.smk"
 include: "rules/report.smk"
+include: "rules/bench.smk"
 
 
-localrules: all_tables
+localrules: all_tables, bench
 
 
 rule all_tables:
@@ -24,3 +25,9 @@ rule all_tables:
     input:
         "results/summary.md",
         "results/summary.json",
+
+
+rule bench:
+    """Benchmarks (decoding throughput); not part of all_tables."""
+    input:
+        f"{RESULTS}/bench/decode.json",

@@ -120,3 +120,13 @@ def check_config(config: dict) -> None:
             if path is not None and not (Path(path) / "config.json").is_file():
                 raise ConfigError(f"{key}.model_path", f"missing checkpoint: {path!r} is not a Hugging Face model "
                                   "folder (no config.json)")
+
+    bench = config["bench"]
+    if bench["model"] not in config["models"]:
+        raise ConfigError("bench.model", f"{bench['model']!r} is not a key of models ({', '.join(config['models'])})")
+    if bench["ratio_length"] not in bench["lengths"]:
+        raise ConfigError("bench.ratio_length", f"{bench['ratio_length']} is not one of bench.lengths {bench['lengths']}")
+    for key in ("lengths", "cache_lengths"):
+        for length in bench[key]:
+            if length % bench["block_size"]:
+                raise ConfigError(f"bench.{key}", f"block size {bench['block_size']} does not divide the length {length}")

@@ -31,8 +31,10 @@ def left_pad(batch: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
 
 @torch.no_grad()
 def generate_ar(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16,
-                do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0) -> list[list[int]]:
-    """Generate continuations of token-id prompts; each result is cut at the first end-of-text."""
+                do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+                stop_at_eos: bool = True) -> list[list[int]]:
+    """Generate continuations of token-id prompts; each result is cut at the first end-of-text
+    (with ``stop_at_eos`` False every row runs to ``max_new_tokens``, for benchmarks)."""
     model.eval()
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
@@ -41,10 +43,12 @@ def generate_ar(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
     for i in tqdm(range(0, len(prompts), batch_size), desc="generate", mininterval=5):
         ids, mask = left_pad(prompts[i:i + batch_size], pad)
         kwargs = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {"do_sample": False}
+        if not stop_at_eos:
+            kwargs["min_new_tokens"] = max_new_tokens
         gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                              eos_token_id=eos, pad_token_id=pad, **kwargs)
         for row in gen[:, ids.shape[1]:].tolist():
-            out.append(row[: row.index(eos)] if eos in row else row)
+            out.append(row[: row.index(eos)] if stop_at_eos and eos in row else row)
     return out
 
 
@@ -101,14 +105,15 @@ def _pick(conf: torch.Tensor, still: torch.Tensor, threshold: float | None, n_fi
 @torch.no_grad()
 def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length: int, block_size: int, *,
                  threshold: float | None = 0.9, steps_per_block: int | None = None, use_cache: bool = True,
-                 temperature: float = 0.0, seed: int = 0) -> tuple[list[list[int]], DecodeStats]:
+                 temperature: float = 0.0, seed: int = 0, stop_at_eos: bool = True) -> tuple[list[list[int]], DecodeStats]:
     """Semi-autoregressive confidence decoding of a DLM for a batch of token-id prompts.
 
     The response starts fully masked and is decoded block by block, left to right. With block
     attention the attention blocks are the decoding blocks (prompt = block 0), and ``use_cache``
     keeps an exact prefix KV cache of the prompt and finished blocks: each step runs only the
     current block. Without a cache every step recomputes the whole canvas (prompt + response).
-    Each row is cut at its first end-of-text; decoding stops once every row has one.
+    Each row is cut at its first end-of-text; decoding stops once every row has one (unless
+    ``stop_at_eos`` is False: benchmarks decode the full length).
     """
     check_decode_args(gen_length, block_size, threshold if steps_per_block is None else None, steps_per_block)
     if not conv.is_diffusion:
@@ -179,13 +184,15 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
                         attention_mask=full_mask[:, :, start:end, :end], **{CACHE_KW: cache}, use_cache=True)
             carry = out.logits[:, -1:]
             stats.nfe += 1
-        if (ids[:, P:end] == conv.eos_token_id).any(1).all():
+        if stop_at_eos and (ids[:, P:end] == conv.eos_token_id).any(1).all():
             break
 
     results = []
     for row in ids[:, P:].tolist():
         row = [t for t in row if t != conv.mask_token_id]  # undecoded blocks after an early stop
-        results.append(row[: row.index(conv.eos_token_id)] if conv.eos_token_id in row else row)
+        if stop_at_eos and conv.eos_token_id in row:
+            row = row[: row.index(conv.eos_token_id)]
+        results.append(row)
     stats.response_tokens = sum(len(r) for r in results)
     stats.seconds = time.perf_counter() - t0
     return results, stats

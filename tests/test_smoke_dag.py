@@ -45,3 +45,14 @@ def test_summary_reports_measured_teacher_numbers(smoke_run):
 def test_second_run_has_nothing_to_do(smoke_run):
     proc = run_snakemake(["-n", "all_tables", "--configfile", SMOKE], smoke_run)
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_decode_benchmark_rule(smoke_run):
+    proc = run_snakemake(["bench", "--configfile", SMOKE, "--cores", "2"], smoke_run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    bench = json.loads((smoke_run / "results" / "bench" / "decode.json").read_text())
+    assert set(bench["ratios"]["dlm_cached_over_ar_tokens_per_s"]) == {"0.5", "1.0"}
+    assert bench["ratios"]["cached_over_uncached_speed"]["32"] > 0
+    (one,) = [r for r in bench["dlm_thresholds"] if r["threshold"] == 1.0]
+    assert one["tokens_per_step"] == 1.0 and one["decoded"] == 2 * 32
+    assert bench["converted_dlm"] is False  # the teacher timed as an unconverted DLM, and it says so

@@ -1,0 +1,27 @@
+# Benchmarks: decoding throughput (not part of all_tables; `snakemake bench`).
+
+
+rule bench_decode:
+    """Tokens/s of AR KV-cached decoding vs DLM block decoding with and without the exact cache."""
+    input:
+        model=teacher_dir(config["bench"]["model"]),
+        prompts=data_path("code", "eval.jsonl"),
+    output:
+        f"{RESULTS}/bench/decode.json",
+    params:
+        script=workflow.source_path("../benchmarks/decode.py"),
+        b=config["bench"],
+        lengths=",".join(map(str, config["bench"]["lengths"])),
+        cache_lengths=",".join(map(str, config["bench"]["cache_lengths"])),
+        thresholds=",".join(map(str, config["bench"]["thresholds"])),
+    threads: 8
+    log:
+        log_path("bench/decode"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    shell:
+        "python {params.script} --model {input.model} --prompts {input.prompts}"
+        " --out {output} --as-block-dlm --threads {threads} --batch-size {params.b[batch_size]}"
+        " --block-size {params.b[block_size]} --lengths {params.lengths} --cache-lengths {params.cache_lengths}"
+        " --thresholds {params.thresholds} --ratio-length {params.b[ratio_length]}"
+        " --reference-threshold {params.b[reference_threshold]} > {log} 2>&1"
