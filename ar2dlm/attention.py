@@ -1,8 +1,10 @@
-"""Attention modes as 4D additive masks that HF Qwen3 honours under ``sdpa`` and ``eager``.
+"""Attention modes, defined once as flex-attention ``mask_mod`` rules and materialised either as
+4D additive masks (CPU, ``sdpa`` and ``eager``) or as a flex attention ``BlockMask`` (GPU,
+``attn_implementation="flex_attention"``, the memory-efficient route).
 
-transformers returns a 4D ``attention_mask`` as-is, so a DLM is the same Qwen3 module with a
-different mask: no model surgery. Masks are additive (0 = attend, dtype minimum = blocked) because
-the eager path adds the mask to the scores; a boolean mask would only work under sdpa.
+transformers returns a 4D ``attention_mask`` (tensor or BlockMask) as-is, so a DLM is the same
+Qwen3 module with a different mask: no model surgery. Dense masks are additive (0 = attend,
+dtype minimum = blocked) because the eager path adds the mask to the scores.
 
 Block structure: the prompt is block 0 (clean context, bidirectional within itself); response token
 k is in block ``1 + k // block_size``. Padding is block -1 and is never attended to.
@@ -29,54 +31,76 @@ def block_ids(valid: torch.Tensor, prompt_lens: torch.Tensor | None, block_size:
     return torch.where(valid.bool(), blocks, torch.full_like(blocks, -1))
 
 
-def visibility(mode: str, q_pos, k_pos, k_valid, q_block=None, k_block=None) -> torch.Tensor:
-    """Boolean (B, Q, K): may query q attend to key k. Positions are indices along the sequence."""
+def mask_mod(mode: str, valid: torch.Tensor, prompt_lens: torch.Tensor | None = None, block_size: int | None = None,
+             two_copy: bool = False):
+    """The rule ``mod(b, h, q, k) -> may q attend to k`` for a (B, T) batch.
+
+    ``two_copy`` is Efficient-DLM's 2L layout (clean copy then noisy copy, length 2T, block mode):
+    clean queries attend block-causally to clean keys; a noisy query in block b attends to clean
+    keys of blocks < b and to noisy keys of block b.
+    """
     if mode not in ATTENTION_MODES:
         raise ValueError(f"unknown attention mode {mode!r} (known: {', '.join(ATTENTION_MODES)})")
-    keep = k_valid.bool()[:, None, :]
+    valid = valid.bool()
     if mode == "causal":
-        keep = keep & (k_pos[:, None, :] <= q_pos[:, :, None])
-    elif mode == "block":
-        keep = keep & (k_block[:, None, :] <= q_block[:, :, None])
-    return keep
+        return lambda b, h, q, k: valid[b, k] & (k <= q)
+    if mode == "bidirectional":
+        return lambda b, h, q, k: valid[b, k]
+    if block_size is None:
+        raise ValueError("block attention needs a block size")
+    blocks = block_ids(valid, prompt_lens, block_size)
+    if not two_copy:
+        return lambda b, h, q, k: valid[b, k] & (blocks[b, k] <= blocks[b, q])
+    T = valid.shape[1]
+    valid2, blocks2 = torch.cat([valid, valid], 1), torch.cat([blocks, blocks], 1)
+
+    def mod(b, h, q, k):
+        qn, kn = q >= T, k >= T
+        qb, kb = blocks2[b, q], blocks2[b, k]
+        return valid2[b, k] & ((~qn & ~kn & (kb <= qb)) | (qn & ~kn & (kb < qb)) | (qn & kn & (kb == qb)))
+
+    return mod
 
 
-def additive(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(B, Q, K) boolean -> (B, 1, Q, K) additive mask in ``dtype``."""
-    bias = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
+def dense(mod, batch: int, q_len: int, kv_len: int, dtype: torch.dtype, device=None, q_offset: int = 0) -> torch.Tensor:
+    """Evaluate ``mod`` on the full grid: a (B, 1, Q, K) additive mask."""
+    b = torch.arange(batch, device=device)[:, None, None]
+    q = torch.arange(q_offset, q_offset + q_len, device=device)[None, :, None]
+    k = torch.arange(kv_len, device=device)[None, None, :]
+    keep = mod(b, 0, q, k)
+    bias = torch.zeros(keep.shape, dtype=dtype, device=device)
     bias.masked_fill_(~keep, torch.finfo(dtype).min)
     return bias[:, None]
 
 
+def build_mask(mod, batch: int, length: int, dtype: torch.dtype, device=None, flex: bool = False):
+    """A 4D additive mask, or a flex attention BlockMask when ``flex``."""
+    if flex:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        return create_block_mask(mod, B=batch, H=None, Q_LEN=length, KV_LEN=length, device=device)
+    return dense(mod, batch, length, length, dtype, device)
+
+
 def attention_mask(mode: str, valid: torch.Tensor, dtype: torch.dtype = torch.float32,
-                   prompt_lens: torch.Tensor | None = None, block_size: int | None = None) -> torch.Tensor:
-    """Full-sequence 4D mask for ``mode`` over a (B, T) batch whose ``valid`` marks non-padding."""
-    idx = torch.arange(valid.shape[1], device=valid.device).expand(valid.shape)
-    blocks = block_ids(valid, prompt_lens, block_size) if mode == "block" else None
-    return additive(visibility(mode, idx, idx, valid, blocks, blocks), dtype)
+                   prompt_lens: torch.Tensor | None = None, block_size: int | None = None, flex: bool = False):
+    """Full-sequence mask for ``mode`` over a (B, T) batch whose ``valid`` marks non-padding."""
+    mod = mask_mod(mode, valid, prompt_lens, block_size)
+    return build_mask(mod, valid.shape[0], valid.shape[1], dtype, valid.device, flex)
 
 
 def two_copy_inputs(clean: torch.Tensor, noisy: torch.Tensor, valid: torch.Tensor, prompt_lens: torch.Tensor | None,
-                    block_size: int, dtype: torch.dtype = torch.float32):
-    """Efficient-DLM's 2L training layout: clean and noisy copies side by side.
+                    block_size: int, dtype: torch.dtype = torch.float32, flex: bool = False):
+    """Efficient-DLM's 2L training layout: (input_ids (B, 2T), position_ids (B, 2T), mask).
 
-    Returns (input_ids (B, 2T), position_ids (B, 2T), 4D mask). Clean queries attend block-causally
-    to clean keys; a noisy query in block b attends to clean keys of blocks < b and to noisy keys of
-    block b. Both halves share position ids, so the noisy half's outputs equal those of running
-    clean prefix + noisy block directly.
+    Both halves share position ids, so the noisy half's outputs equal those of running the clean
+    prefix + the noisy block directly.
     """
-    T = clean.shape[1]
-    blocks = block_ids(valid, prompt_lens, block_size)
-    valid2 = torch.cat([valid, valid], 1).bool()
-    b2 = torch.cat([blocks, blocks], 1)
-    is_noisy = torch.zeros_like(valid2)
-    is_noisy[:, T:] = True
-    qb, kb = b2[:, :, None], b2[:, None, :]
-    qn, kn = is_noisy[:, :, None], is_noisy[:, None, :]
-    keep = valid2[:, None, :] & (
-        (~qn & ~kn & (kb <= qb))  # clean -> clean, block-causal
-        | (qn & ~kn & (kb < qb))  # noisy -> earlier clean blocks
-        | (qn & kn & (kb == qb))  # noisy -> its own noisy block
-    )
+    mod = mask_mod("block", valid, prompt_lens, block_size, two_copy=True)
     pos = position_ids(valid)
-    return torch.cat([clean, noisy], 1), torch.cat([pos, pos], 1), additive(keep, dtype)
+    mask = build_mask(mod, clean.shape[0], 2 * clean.shape[1], dtype, clean.device, flex)
+    return torch.cat([clean, noisy], 1), torch.cat([pos, pos], 1), mask
+
+
+def uses_flex(model) -> bool:
+    return getattr(model.config, "_attn_implementation", None) == "flex_attention"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .attention import attention_mask, block_ids, position_ids, two_copy_inputs
+from .attention import attention_mask, block_ids, position_ids, two_copy_inputs, uses_flex
 from .conventions import Conventions
 
 
@@ -87,7 +87,8 @@ def forward_aligned(model, batch: NoisedBatch, conv: Conventions, output_hidden_
     dtype = next(model.parameters()).dtype
     T = batch.clean.shape[1]
     if conv.attention == "block":
-        ids, pos, mask = two_copy_inputs(batch.clean, batch.noisy, batch.valid, batch.prompt_lens, conv.block_size, dtype)
+        ids, pos, mask = two_copy_inputs(batch.clean, batch.noisy, batch.valid, batch.prompt_lens, conv.block_size, dtype,
+                                         flex=uses_flex(model))
         out = model(input_ids=ids, position_ids=pos, attention_mask=mask, output_hidden_states=output_hidden_states)
         clean_logits, logits = out.logits[:, :T], out.logits[:, T:]
         if conv.shift:
@@ -100,7 +101,7 @@ def forward_aligned(model, batch: NoisedBatch, conv: Conventions, output_hidden_
         return logits, out
     if conv.attention != "bidirectional":
         raise ValueError(f"a diffusion forward needs bidirectional or block attention, not {conv.attention!r}")
-    mask = attention_mask("bidirectional", batch.valid, dtype)
+    mask = attention_mask("bidirectional", batch.valid, dtype, flex=uses_flex(model))
     out = model(input_ids=batch.noisy, position_ids=position_ids(batch.valid), attention_mask=mask,
                 output_hidden_states=output_hidden_states)
     logits = out.logits

@@ -86,3 +86,24 @@ def test_two_copy_layout_equals_clean_prefix_plus_noisy_block(model):
         direct = logits(model, direct_ids, attention_mask("block", torch.ones_like(direct_ids), prompt_lens=plen,
                                                            block_size=bs))
         torch.testing.assert_close(out[:, start:end], direct[:, start:end], atol=1e-5, rtol=1e-5)
+
+
+def test_flex_block_mask_matches_dense_two_copy_layout():
+    """The flex attention BlockMask route (GPU) gives the dense route's outputs; run here on CPU
+    under no_grad, where flex attention supports the forward pass."""
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, max_position_embeddings=128)
+    m = Qwen3ForCausalLM(cfg).eval()
+    clean = torch.randint(0, 60, (2, 16))
+    noisy = torch.where(torch.rand(2, 16) < 0.5, torch.full_like(clean, 63), clean)
+    valid = torch.ones_like(clean)
+    valid[1, 13:] = 0
+    plens = torch.tensor([3, 5])
+    ids, pos, dense_mask = two_copy_inputs(clean, noisy, valid, plens, 4)
+    ref = logits(m, ids, dense_mask, pos)
+    m.set_attn_implementation("flex_attention")
+    _, _, block_mask = two_copy_inputs(clean, noisy, valid, plens, 4, flex=True)
+    out = logits(m, ids, block_mask, pos)
+    keep = torch.cat([valid, valid], 1).bool()  # outputs at padding positions are meaningless
+    torch.testing.assert_close(out[keep], ref[keep], atol=1e-5, rtol=1e-5)
