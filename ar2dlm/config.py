@@ -27,14 +27,21 @@ def deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
+def load_preset(name: str, config_dir: str | Path) -> dict:
+    """A preset file, merged over the preset it ``extends`` (if any)."""
+    if name not in PRESETS:
+        raise ConfigError("preset", f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
+    with open(Path(config_dir) / "presets" / f"{name}.yaml") as f:
+        preset = yaml.safe_load(f)
+    parent = preset.pop("extends", None)
+    return deep_merge(load_preset(parent, config_dir), preset) if parent else preset
+
+
 def merge_preset(config: dict, config_dir: str | Path) -> dict:
     """Merge the given config over ``config_dir/presets/<preset>.yaml``."""
-    preset = config.get("preset", "tiny")
-    if preset not in PRESETS:
-        raise ConfigError("preset", f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
-    with open(Path(config_dir) / "presets" / f"{preset}.yaml") as f:
-        base = yaml.safe_load(f)
-    return deep_merge(base, config)
+    config = dict(config)
+    config.pop("extends", None)
+    return deep_merge(load_preset(config.get("preset", "tiny"), config_dir), config)
 
 
 def describe_schema_error(exc: BaseException) -> str:
@@ -120,6 +127,10 @@ def check_config(config: dict) -> None:
             if path is not None and not (Path(path) / "config.json").is_file():
                 raise ConfigError(f"{key}.model_path", f"missing checkpoint: {path!r} is not a Hugging Face model "
                                   "folder (no config.json)")
+
+    from .runs import check_runs
+
+    check_runs(config)
 
     bench = config["bench"]
     if bench["model"] not in config["models"]:

@@ -29,7 +29,7 @@ def test_embedded_default_is_the_tiny_preset():
 
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     tiny = yaml.safe_load((REPO / "config" / "presets" / "tiny.yaml").read_text())
-    assert merge_preset(default, REPO / "config") == tiny
+    assert default == {"preset": "tiny"} and merge_preset(default, REPO / "config") == tiny
 
 
 def test_override_merges_over_preset():
@@ -61,6 +61,19 @@ BAD_CONFIGS = [
     ({"models": {"big": {"source": "hub"}}}, "models.big", "hub_id"),
     ({"data": {"preferences": {"domains": {"poetry": {"source": "synthetic"}}}}}, "data.preferences.domains.poetry",
      "no synthetic preference domain"),
+    ({"runs": {"ed": {"method": "diffusion_magic"}}}, "runs.ed.method", "diffusion_magic"),
+    ({"runs": {"ed": {"block_size": 12}}}, "runs.ed.block_size", "block size 12 does not divide the sequence length 32"),
+    ({"runs": {"ra": {"align": {"layers": [0, 7]}}}}, "runs.ra.align.layers", "layer 7 does not exist"),
+    ({"runs": {"ra": {"align": {"metric": "kl"}}}}, "runs.ra.align.metric", "kl"),
+    ({"runs": {"ra": {"freeze": ["embeddings", "brain"]}}}, "runs.ra.freeze.1", "brain"),
+    ({"runs": {"ra": {"models": ["qwen9"]}}}, "runs.ra.models", "qwen9"),
+    ({"runs": {"opd_curriculum": {"distill": {"curriculum": {"min_length": 16, "max_length": 8}}}}},
+     "runs.opd_curriculum.distill.curriculum.min_length", "exceeds max_length"),
+    ({"runs": {"opd": {"distill": {"rollout_length": 6}}}}, "runs.opd.distill", "block size 4 does not divide"),
+    ({"runs": {"opd": {"distill": {"on_policy": "off"}}}}, "runs.opd.distill.on_policy", "is not of type 'boolean'"),
+    ({"studies": {"ablations/lambda": {"runs": ["ra", "ra_l1000"]}}}, "studies.ablations/lambda.runs", "ra_l1000"),
+    ({"training": {"steps": 0}}, "training.steps", "minimum"),
+    ({"bench": {"ratio_length": 24}}, "bench.ratio_length", "not one of bench.lengths"),
 ]
 
 
@@ -81,3 +94,29 @@ def test_lint_is_clean():
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and "Congratulations" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_runs_compose_method_defaults_with_their_own_keys():
+    from ar2dlm.config import merge_preset
+    from ar2dlm.runs import resolve_run
+
+    cfg = merge_preset({"preset": "tiny"}, REPO / "config")
+    ra = resolve_run(cfg, "ra")
+    assert ra["align"] == {"lambda": 10.0, "metric": "cos", "layers": "all"} and ra["attention"] == "bidirectional"
+    assert ra["shift"] is True and ra["distill"] is None and ra["training"] == cfg["training"]
+    combo = resolve_run(cfg, "opd_ra")  # distillation plus alignment on a block student, by config only
+    assert combo["attention"] == "block" and combo["block_size"] == 4 and combo["shift"] is False
+    assert combo["align"]["lambda"] == 1 and combo["align"]["metric"] == "cos"
+    assert combo["distill"]["on_policy"] is True and combo["distill"]["rollout_length"] == 32
+    long = resolve_run(cfg, "ed_long")
+    assert long["training"]["steps"] == 1200 and long["training"]["batch_size"] == cfg["training"]["batch_size"]
+    assert long["masking"] == "positional" and long["block_size"] == 8
+
+
+def test_smoke_extends_tiny_with_the_same_grid():
+    from ar2dlm.config import merge_preset
+
+    tiny = merge_preset({"preset": "tiny"}, REPO / "config")
+    smoke = merge_preset({"preset": "smoke"}, REPO / "config")
+    assert set(smoke["runs"]) == set(tiny["runs"]) and set(smoke["studies"]) == set(tiny["studies"])
+    assert smoke["training"]["steps"] < tiny["training"]["steps"] and "extends" not in smoke

@@ -1,0 +1,95 @@
+"""Conversion runs: a run names a method, whose defaults it starts from, and may compose further
+objectives (alignment, distillation) and options. ``resolve_run`` gives the complete settings."""
+
+from __future__ import annotations
+
+import copy
+
+from .config import ConfigError, deep_merge
+
+_BASE = {"init": "ar", "attention": "bidirectional", "block_size": None, "shift": True, "masking": "uniform",
+         "positional_beta": 0.0, "loss_weight": "inverse_t", "data": "subset", "align": None, "freeze": [],
+         "distill": None}
+ALIGN_DEFAULTS = {"lambda": 10.0, "metric": "cos", "layers": "all"}
+DISTILL_DEFAULTS = {"on_policy": True, "divergence": "forward_kl", "top_k": None, "threshold": 0.9, "prompts": "all",
+                    "curriculum": None, "rollout_length": None}
+
+# Method defaults follow the papers' public code where it exists (PAPERS.md):
+# REPR-ALIGN (Open-dLLM): shift on, bidirectional, alignment lambda 10, cosine, all layers.
+# Efficient-DLM (closest public design: Fast-dLLM v2): block attention with clean context,
+#   position-dependent masking, no shift, block 32.
+# OPDLM (divelab/OPDLM): block 4, threshold 0.9, forward KL, no shift, on-policy.
+METHOD_DEFAULTS = {
+    "mdlm": {},
+    "repr_align": {"align": ALIGN_DEFAULTS},
+    "efficient_dlm": {"attention": "block", "block_size": 32, "shift": False, "masking": "positional",
+                      "positional_beta": 2.0},
+    "opdlm": {"attention": "block", "block_size": 4, "shift": False, "distill": DISTILL_DEFAULTS},
+}
+
+
+def resolve_run(config: dict, name: str) -> dict:
+    """Method defaults, then the run's own keys, then training = preset training + run overrides."""
+    if name not in config["runs"]:
+        raise ConfigError(f"runs.{name}", f"no such run (known: {', '.join(config['runs'])})")
+    run = copy.deepcopy(config["runs"][name])
+    out = deep_merge(deep_merge(_BASE, METHOD_DEFAULTS[run["method"]]), run)
+    if run.get("align") is not None:
+        out["align"] = deep_merge(ALIGN_DEFAULTS, run["align"])
+    if run.get("distill") is not None:
+        out["distill"] = deep_merge(DISTILL_DEFAULTS, run["distill"])
+    out["training"] = deep_merge(config["training"], run.get("training", {}))
+    out["models"] = run.get("models", list(config["models"]))
+    out["seeds"] = run.get("seeds", [config["seed"]])
+    out["name"] = name
+    return out
+
+
+def check_runs(config: dict) -> None:
+    """Cross-key checks of every run and study, with the key named."""
+    models = config["models"]
+    for name in config["runs"]:
+        key = f"runs.{name}"
+        run = resolve_run(config, name)
+        for m in run["models"]:
+            if m not in models:
+                raise ConfigError(f"{key}.models", f"{m!r} is not a key of models ({', '.join(models)})")
+        if run["method"] == "repr_align" and run["align"] is None:
+            raise ConfigError(f"{key}.align", "method repr_align needs an alignment term")
+        if run["method"] == "opdlm" and run["distill"] is None:
+            raise ConfigError(f"{key}.distill", "method opdlm needs a distillation term")
+        needs_block = run["attention"] == "block" or run["masking"] == "positional"
+        if needs_block and run["block_size"] is None:
+            raise ConfigError(f"{key}.block_size", "block attention and position-dependent masking need a block size")
+        bs, seq = run["block_size"], run["training"]["seq_len"]
+        if needs_block and seq % bs:
+            raise ConfigError(f"{key}.block_size", f"block size {bs} does not divide the sequence length {seq}")
+        if run["align"] is not None and isinstance(run["align"]["layers"], list):
+            for m in run["models"]:
+                arch = models[m].get("arch")
+                if arch and max(run["align"]["layers"]) > arch["num_hidden_layers"]:
+                    raise ConfigError(f"{key}.align.layers", f"layer {max(run['align']['layers'])} does not exist in "
+                                      f"{m} (hidden states 0..{arch['num_hidden_layers']})")
+        d = run["distill"]
+        if d is not None:
+            lengths = [d["rollout_length"]] if d["rollout_length"] else []
+            if d["curriculum"]:
+                c = d["curriculum"]
+                if c["min_length"] > c["max_length"]:
+                    raise ConfigError(f"{key}.distill.curriculum.min_length", f"{c['min_length']} exceeds max_length "
+                                      f"{c['max_length']}")
+                lengths += [c["min_length"], c["max_length"]]
+            if not lengths:
+                raise ConfigError(f"{key}.distill.rollout_length", "on- and off-policy distillation need a rollout "
+                                  "length (or a curriculum)")
+            for length in lengths:
+                if run["block_size"] and length % run["block_size"]:
+                    raise ConfigError(f"{key}.distill", f"block size {run['block_size']} does not divide the rollout "
+                                      f"length {length}")
+    for study, spec in config["studies"].items():
+        for r in spec["runs"]:
+            if r not in config["runs"]:
+                raise ConfigError(f"studies.{study}.runs", f"{r!r} is not a key of runs")
+        for m in spec.get("models", []):
+            if m not in models:
+                raise ConfigError(f"studies.{study}.models", f"{m!r} is not a key of models")
