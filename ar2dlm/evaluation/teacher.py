@@ -7,39 +7,28 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
+from ..conventions import Conventions
+from ..likelihood import ar_loglikelihood
 from ..models import load_model
 from ..provenance import library_versions, read_jsonl, write_jsonl
-from ..sampling import generate_ar, left_pad
+from ..sampling import generate_ar
 from ..tokenization import encode_pair
 from .code import score_with_evalplus, truncate_completion
 
 
-@torch.no_grad()
 def completion_loss(model, tokenizer, items: list[tuple[str, str]], batch_size: int = 32) -> float:
-    """Mean next-token cross-entropy over completion tokens (prompt tokens are context only)."""
-    model.eval()
-    total, count = 0.0, 0
-    pad = tokenizer.pad_token_id
-    for i in range(0, len(items), batch_size):
-        pairs = [encode_pair(tokenizer, p, c) for p, c in items[i:i + batch_size]]
-        ids, mask = left_pad([p + c for p, c in pairs], pad)
-        labels = torch.full_like(ids, -100)
-        for r, (p, c) in enumerate(pairs):
-            labels[r, ids.shape[1] - len(c):] = torch.tensor(c)
-        logits = model(input_ids=ids, attention_mask=mask).logits.float()
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
-                                                 ignore_index=-100, reduction="sum")
-        total += loss.item()
-        count += int((labels[:, 1:] != -100).sum())
-    return total / count
+    """Mean next-token cross-entropy over completion tokens (end-of-text included; the prompt is
+    context only)."""
+    pairs = [encode_pair(tokenizer, p, c) for p, c in items]
+    logps = ar_loglikelihood(model, pairs, tokenizer.pad_token_id, batch_size)
+    return -sum(logps) / sum(len(c) for _, c in pairs)
 
 
 def evaluate_teacher(model_dir, code_eval_path, math_eval_path, cfg: dict) -> dict:
-    model, tok, conventions = load_model(model_dir)
-    if conventions["attention"] != "causal":
-        raise ValueError(f"{model_dir} is a {conventions['attention']}-attention model; the teacher check decodes causally")
+    model, tok, info = load_model(model_dir)
+    conv = Conventions.from_dict(info)
+    if conv.is_diffusion:
+        raise ValueError(f"{model_dir} is a {conv.attention}-attention model; the teacher check decodes causally")
     tasks = read_jsonl(code_eval_path)
     if cfg["limit"] is not None:
         tasks = tasks[: cfg["limit"]]
@@ -62,7 +51,7 @@ def evaluate_teacher(model_dir, code_eval_path, math_eval_path, cfg: dict) -> di
         "benchmark": "synthetic_code", "run": "teacher", "decoding": "greedy AR with KV cache",
         "n_tasks": len(tasks), "samples_per_task": 1, **scored["metrics"],
         "heldout_loss": heldout, "generated_tokens": sum(len(o) for o in outs), "generation_seconds": round(gen_s, 2),
-        "settings": cfg, "conventions": conventions.get("attention"), "code_eval": str(code_eval_path),
+        "settings": cfg, "conventions": conv.to_dict(), "code_eval": str(code_eval_path),
         "versions": library_versions(),
         "samples": [{**s, "base": scored["per_task"][s["task_id"]][0]["base"],
                      "plus": scored["per_task"][s["task_id"]][0]["plus"]} for s in samples],
