@@ -103,4 +103,5 @@ def two_copy_inputs(clean: torch.Tensor, noisy: torch.Tensor, valid: torch.Tenso
 
 
 def uses_flex(model) -> bool:
+    model = getattr(model, "module", model)  # DistributedDataParallel wraps the model
     return getattr(model.config, "_attn_implementation", None) == "flex_attention"

@@ -33,6 +33,13 @@ class NoisedBatch:
     prob: torch.Tensor  # (B, T) masking probability of each eligible token
 
 
+def _rand(shape, generator: torch.Generator | None, device) -> torch.Tensor:
+    """Uniform draws from the generator's own device (the seeded stream does not depend on where
+    the model runs), moved to ``device``."""
+    gen_device = generator.device if generator is not None else "cpu"
+    return torch.rand(shape, generator=generator, device=gen_device).to(device)
+
+
 def eligible_tokens(valid: torch.Tensor, prompt_lens: torch.Tensor, shift: bool) -> torch.Tensor:
     """Response tokens; with shift the first valid token has no predecessor and is never a target."""
     pos = position_ids(valid)
@@ -46,10 +53,10 @@ def masking_probs(valid, prompt_lens, conv: Conventions, beta: float, eps: float
     B, T = valid.shape
     if conv.attention == "block":
         blocks = block_ids(valid, prompt_lens, conv.block_size).clamp(min=0)
-        t_blocks = eps + (1 - eps) * torch.rand(B, int(blocks.max()) + 1, generator=generator, device=valid.device)
+        t_blocks = eps + (1 - eps) * _rand((B, int(blocks.max()) + 1), generator, valid.device)
         t = t_blocks.gather(1, blocks)
     else:
-        t = (eps + (1 - eps) * torch.rand(B, 1, generator=generator, device=valid.device)).expand(B, T)
+        t = (eps + (1 - eps) * _rand((B, 1), generator, valid.device)).expand(B, T)
     if beta == 0:
         return t
     if conv.block_size is None:
@@ -70,7 +77,7 @@ def noise(clean: torch.Tensor, valid: torch.Tensor, prompt_lens: torch.Tensor, c
         masked = elig & ~complement_of.masked
     else:
         prob = masking_probs(valid, prompt_lens, conv, beta, eps, generator)
-        masked = elig & (torch.rand(clean.shape, generator=generator, device=clean.device) < prob)
+        masked = elig & (_rand(clean.shape, generator, clean.device) < prob)
     noisy = torch.where(masked, torch.full_like(clean, conv.mask_token_id), clean)
     weight = torch.where(masked, 1.0 / prob, torch.zeros_like(prob))
     return NoisedBatch(clean, noisy, masked, weight, elig, valid, prompt_lens, prob)

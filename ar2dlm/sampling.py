@@ -77,6 +77,18 @@ class DecodeStats:
                 "tokens_per_step": round(self.tokens_per_step, 4), "tokens_per_s": round(self.tokens_per_s, 2)}
 
 
+@dataclass
+class Trajectory:
+    """What generate_dlm did, for on-policy training: the final canvas (left-padded prompt +
+    response), its validity and prompt lengths, and the block's contents before every step."""
+
+    canvas: torch.Tensor | None = None
+    valid: torch.Tensor | None = None
+    prompt_lens: torch.Tensor | None = None
+    prompt_width: int = 0
+    states: list = None  # (block start, (B, block) tokens before the step)
+
+
 def check_decode_args(gen_length: int, block_size: int, threshold: float | None, steps_per_block: int | None):
     if block_size < 1 or gen_length % block_size:
         raise ValueError(f"block size {block_size} does not divide the generation length {gen_length}")
@@ -105,7 +117,8 @@ def _pick(conf: torch.Tensor, still: torch.Tensor, threshold: float | None, n_fi
 @torch.no_grad()
 def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length: int, block_size: int, *,
                  threshold: float | None = 0.9, steps_per_block: int | None = None, use_cache: bool = True,
-                 temperature: float = 0.0, seed: int = 0, stop_at_eos: bool = True) -> tuple[list[list[int]], DecodeStats]:
+                 temperature: float = 0.0, seed: int = 0, stop_at_eos: bool = True,
+                 trajectory: Trajectory | None = None) -> tuple[list[list[int]], DecodeStats]:
     """Semi-autoregressive confidence decoding of a DLM for a batch of token-id prompts.
 
     The response starts fully masked and is decoded block by block, left to right. With block
@@ -135,6 +148,8 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
     mode = "block" if conv.attention == "block" else "bidirectional"
     full_mask = attention_mask(mode, valid, dtype, plens, block_size)
 
+    if trajectory is not None:
+        trajectory.valid, trajectory.prompt_lens, trajectory.prompt_width, trajectory.states = valid, plens, P, []
     cache, carry = None, None
     if use_cache:
         cache = DynamicCache()
@@ -150,6 +165,8 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
             still = ids[:, start:end] == conv.mask_token_id
             if not still.any():
                 break
+            if trajectory is not None:
+                trajectory.states.append((start, ids[:, start:end].clone()))
             if use_cache:
                 out = model(input_ids=ids[:, start:end], position_ids=pos[:, start:end],
                             attention_mask=full_mask[:, :, start:end, :end], **{CACHE_KW: cache}, use_cache=True)
@@ -165,8 +182,10 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
                 logits = out.logits[:, lo:lo + block_size]
             stats.nfe += 1
             stats.steps += int(still.any(1).sum())
-            probs = torch.softmax(logits.float() / max(temperature, 1e-6), -1) if temperature > 0 else \
-                torch.softmax(logits.float(), -1)
+            # The mask token is never a decoded token: each step then fills at least one position.
+            logits = logits.float()
+            logits[..., conv.mask_token_id] = float("-inf")
+            probs = torch.softmax(logits / temperature, -1) if temperature > 0 else torch.softmax(logits, -1)
             if temperature > 0:
                 tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=gen).view(B, block_size)
             else:
@@ -187,6 +206,8 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
         if stop_at_eos and (ids[:, P:end] == conv.eos_token_id).any(1).all():
             break
 
+    if trajectory is not None:
+        trajectory.canvas = ids
     results = []
     for row in ids[:, P:].tolist():
         row = [t for t in row if t != conv.mask_token_id]  # undecoded blocks after an early stop

@@ -1,0 +1,193 @@
+"""Training objectives that methods compose: masked diffusion (MDLM / Efficient-DLM), REPR-ALIGN's
+representation alignment to a frozen causal teacher, and OPDLM's distillation from a frozen AR
+teacher on the student's own decoding trajectories. A run's loss is the sum of its terms."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .attention import position_ids
+from .conventions import Conventions
+from .diffusion import NoisedBatch, diffusion_loss, forward_aligned, noise
+
+FREEZE_GROUPS = {  # Qwen3 parameter-name patterns of each module group
+    "embeddings": ("model.embed_tokens.",),
+    "lm_head": ("lm_head.",),
+    "mlp": (".mlp.",),
+    "attention": (".self_attn.",),
+    "norms": ("layernorm.", "model.norm.", "_norm."),
+}
+
+
+def freeze(model, groups: list[str]) -> list[str]:
+    """Set requires_grad False on the named module groups; return the frozen parameter names.
+    With tied embeddings, freezing either embeddings or lm_head freezes the shared matrix."""
+    frozen = []
+    for name, p in model.named_parameters():
+        if any(pat in name or name.startswith(pat) for g in groups for pat in FREEZE_GROUPS[g]):
+            p.requires_grad_(False)
+            frozen.append(name)
+    return frozen
+
+
+def layer_indices(spec, n_layers: int) -> list[int]:
+    """Hidden-state indices (0 = embedding output, n_layers = last layer) of a layer set."""
+    if isinstance(spec, list):
+        return spec
+    third = math.ceil((n_layers + 1) / 3)
+    return {"all": list(range(n_layers + 1)), "lower": list(range(0, third)),
+            "middle": list(range(third, min(2 * third, n_layers + 1))),
+            "upper": list(range(min(2 * third, n_layers + 1), n_layers + 1))}[spec]
+
+
+def alignment_positions(batch: NoisedBatch, shift: bool) -> torch.Tensor:
+    """Positions whose hidden states are aligned: the masked ones, or (with shift) the position
+    before each masked token, which is where its prediction is read (Open-dLLM)."""
+    if not shift:
+        return batch.masked
+    pos = torch.zeros_like(batch.masked)
+    pos[:, :-1] = batch.masked[:, 1:]
+    return pos
+
+
+def alignment_loss(student_hidden, teacher_hidden, where: torch.Tensor, layers: list[int], metric: str) -> torch.Tensor:
+    """Mean over layers and selected positions of 1 - cos (or the mean squared difference)."""
+    if not where.any():
+        return student_hidden[0].sum() * 0.0
+    terms = []
+    for l in layers:
+        s, t = student_hidden[l][where].float(), teacher_hidden[l][where].float()
+        terms.append((1 - F.cosine_similarity(s, t, dim=-1)).mean() if metric == "cos" else (s - t).pow(2).mean())
+    return torch.stack(terms).mean()
+
+
+def divergence(teacher_logits, student_logits, kind: str = "forward_kl", top_k: int | None = None) -> torch.Tensor:
+    """Per-position divergence between teacher and student next-token distributions.
+
+    forward_kl = KL(teacher || student) (OPDLM's default), reverse_kl = KL(student || teacher),
+    jsd = Jensen-Shannon. ``top_k`` keeps the teacher's k most likely tokens (renormalised) and
+    the student's log-probabilities there: the sparse KL used for large vocabularies.
+    """
+    t_logp = torch.log_softmax(teacher_logits.float(), -1)
+    s_logp = torch.log_softmax(student_logits.float(), -1)
+    if top_k is not None:
+        if kind != "forward_kl":
+            raise ValueError("top-k sparse distillation is defined for forward_kl only")
+        top, idx = t_logp.topk(top_k, -1)
+        t_sparse = torch.log_softmax(top, -1)
+        return (t_sparse.exp() * (t_sparse - s_logp.gather(-1, idx))).sum(-1)
+    if kind == "forward_kl":
+        return (t_logp.exp() * (t_logp - s_logp)).sum(-1)
+    if kind == "reverse_kl":
+        return (s_logp.exp() * (s_logp - t_logp)).sum(-1)
+    if kind == "jsd":
+        m = torch.logsumexp(torch.stack([t_logp, s_logp]), 0) - math.log(2)
+        return 0.5 * ((t_logp.exp() * (t_logp - m)).sum(-1) + (s_logp.exp() * (s_logp - m)).sum(-1))
+    raise ValueError(f"unknown divergence {kind!r} (known: forward_kl, reverse_kl, jsd)")
+
+
+@torch.no_grad()
+def teacher_forward(teacher, ids: torch.Tensor, valid: torch.Tensor, hidden: bool = False):
+    """The frozen AR teacher, causal, on clean tokens (right padding, explicit positions)."""
+    return teacher(input_ids=ids, attention_mask=valid, position_ids=position_ids(valid), output_hidden_states=hidden)
+
+
+def teacher_targets(teacher_logits: torch.Tensor) -> torch.Tensor:
+    """Teacher distribution for token i given x0_<i: the causal logits at i - 1, aligned to i."""
+    return torch.cat([teacher_logits[:, :1], teacher_logits[:, :-1]], 1)
+
+
+def wants_alignment(run: dict) -> bool:
+    return run["align"] is not None and run["align"]["lambda"] > 0
+
+
+def align_term(run: dict, conv: Conventions, student_out, batch: NoisedBatch, teacher_out) -> torch.Tensor:
+    """lambda * alignment between the student's hidden states (the noisy copy's, under block
+    attention) and the causal teacher's on the clean tokens."""
+    hs = student_out.hidden_states
+    if conv.attention == "block":
+        hs = [h[:, batch.clean.shape[1]:] for h in hs]
+    layers = layer_indices(run["align"]["layers"], len(hs) - 1)
+    where = alignment_positions(batch, conv.shift)
+    return run["align"]["lambda"] * alignment_loss(hs, teacher_out.hidden_states, where, layers, run["align"]["metric"])
+
+
+def diffusion_terms(model, teacher, run: dict, conv: Conventions, ids, valid, plens, generator) -> dict:
+    """Masked-diffusion CE, plus the alignment term when the run has one."""
+    beta = run["positional_beta"] if run["masking"] == "positional" else 0.0
+    batch = noise(ids, valid, plens, conv, beta=beta, generator=generator)
+    align = wants_alignment(run)
+    logits, out = forward_aligned(model, batch, conv, output_hidden_states=align)
+    terms = {"diffusion": diffusion_loss(logits, batch, weighted=run["loss_weight"] == "inverse_t")}
+    if align:
+        terms["align"] = align_term(run, conv, out, batch, teacher_forward(teacher, ids, valid, hidden=True))
+    return terms
+
+
+def rollout_length(distill: dict, step: int, block_size: int) -> int:
+    """Fixed length, or the cosine curriculum from min_length to max_length over warmup_steps,
+    rounded down to whole blocks."""
+    c = distill["curriculum"]
+    if not c:
+        return distill["rollout_length"]
+    frac = 0.5 * (1 - math.cos(math.pi * min(1.0, step / c["warmup_steps"])))
+    length = c["min_length"] + frac * (c["max_length"] - c["min_length"])
+    return max(block_size, int(length) // block_size * block_size)
+
+
+def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: int, threshold: float,
+                    generator: torch.Generator, seed: int) -> NoisedBatch:
+    """Decode with the student's own sampler, then take one partially decoded state per block from
+    the trajectory (uniformly among the steps where that row still had masks). The clean tokens
+    are the trajectory's own final output x0."""
+    from .sampling import Trajectory, generate_dlm
+
+    traj = Trajectory()
+    was_training = model.training
+    generate_dlm(model, conv, prompts, length, conv.block_size, threshold=threshold,
+                 use_cache=conv.attention == "block", seed=seed, stop_at_eos=False, trajectory=traj)
+    model.train(was_training)
+    x0, noisy = traj.canvas, traj.canvas.clone()
+    by_block: dict[int, list[torch.Tensor]] = {}
+    for start, state in traj.states:
+        by_block.setdefault(start, []).append(state)
+    for start, states in by_block.items():
+        stack = torch.stack(states, 1)  # (B, steps, block)
+        has_mask = (stack == conv.mask_token_id).any(-1)  # (B, steps)
+        pick = (torch.rand(has_mask.shape, generator=generator) * has_mask).argmax(1)
+        noisy[:, start:start + conv.block_size] = stack[torch.arange(len(pick)), pick]
+    masked = noisy == conv.mask_token_id
+    zeros = torch.zeros(x0.shape, dtype=torch.float32)
+    elig = traj.valid.bool() & (position_ids(traj.valid) >= traj.prompt_lens.view(-1, 1))
+    return NoisedBatch(x0, noisy, masked, zeros, elig, traj.valid, traj.prompt_lens, zeros)
+
+
+def distill_terms(model, teacher, run: dict, conv: Conventions, ids, valid, plens, step: int, generator,
+                  seed: int) -> dict:
+    """OPDLM: KL(teacher || student) on masked positions, with the teacher run causally on x0.
+
+    On-policy, x0 and the noisy states come from the student's own decoding of the batch's prompts;
+    off-policy, x0 is the clean batch cut to the rollout length and the states are random masks.
+    """
+    d = run["distill"]
+    length = rollout_length(d, step, conv.block_size)
+    if d["on_policy"]:
+        prompts = [ids[i, :int(plens[i])].tolist() for i in range(len(ids))]
+        batch = on_policy_state(model, conv, prompts, length, d["threshold"], generator, seed)
+    else:
+        keep = (position_ids(valid) < plens.view(-1, 1) + length) & valid.bool()
+        width = int(keep.sum(1).max())
+        batch = noise(ids[:, :width], (valid.bool() & keep)[:, :width].long(), plens, conv, generator=generator)
+    align = wants_alignment(run)
+    logits, out = forward_aligned(model, batch, conv, output_hidden_states=align)
+    t_out = teacher_forward(teacher, batch.clean, batch.valid, hidden=align)
+    targets = teacher_targets(t_out.logits)
+    where = batch.masked
+    terms = {"distill": divergence(targets[where], logits[where], d["divergence"], d["top_k"]).mean()
+             if where.any() else logits.sum() * 0.0}
+    if align:
+        terms["align"] = align_term(run, conv, out, batch, t_out)
+    return terms

@@ -1,0 +1,55 @@
+"""Conversion data: one document per row (prompt = block 0, never masked; completion = response),
+batched deterministically so a resumed run sees exactly the batches of an uninterrupted one."""
+
+from __future__ import annotations
+
+import torch
+
+from ..tokenization import encode_pair
+
+
+def document_rows(docs: list[dict], tokenizer, seq_len: int) -> list[tuple[list[int], int]]:
+    """(token ids, prompt length) per document, cut to ``seq_len``. Long plain-text documents
+    (no prompt) are split into several rows; a prompt that fills the row leaves nothing to learn
+    and is dropped."""
+    rows = []
+    for d in docs:
+        p, c = encode_pair(tokenizer, d["prompt"], d["completion"])
+        if not p:
+            rows += [(c[i:i + seq_len], 0) for i in range(0, len(c), seq_len) if len(c[i:i + seq_len]) > 1]
+        elif len(p) < seq_len:
+            rows.append(((p + c)[:seq_len], len(p)))
+    return rows
+
+
+def collate(rows: list[tuple[list[int], int]], pad_id: int):
+    """Right-pad to the longest row: (ids, valid, prompt_lens)."""
+    width = max(len(r) for r, _ in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    valid = torch.zeros_like(ids)
+    for i, (r, _) in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        valid[i, :len(r)] = 1
+    return ids, valid, torch.tensor([p for _, p in rows])
+
+
+class Batches:
+    """Batch ``step`` is a pure function of (seed, step): epochs are seeded permutations."""
+
+    def __init__(self, rows, batch_size: int, seed: int, pad_id: int):
+        if not rows:
+            raise ValueError("no training rows: every document is longer than the sequence length, or the corpus is empty")
+        self.rows, self.batch_size, self.seed, self.pad_id = rows, batch_size, seed, pad_id
+        self._perm_epoch, self._perm = None, None
+
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        if self._perm_epoch != epoch:
+            g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
+            self._perm, self._perm_epoch = torch.randperm(len(self.rows), generator=g), epoch
+        return self._perm
+
+    def __call__(self, step: int, rank: int = 0, world: int = 1):
+        n = len(self.rows)
+        idx = [step * self.batch_size + j for j in range(self.batch_size)][rank::world]
+        picked = [self.rows[int(self._permutation(i // n)[i % n])] for i in idx]
+        return collate(picked, self.pad_id)

@@ -1,0 +1,174 @@
+"""The one training loop every conversion method runs in (nanoGPT-style, readable in one sitting).
+
+AdamW, linear warm-up + cosine decay, gradient clipping and accumulation, fp32 on CPU / bf16
+autocast on GPU (or as configured), seeded, tqdm progress, every loss term logged per step to
+JSONL with tokens/s, checkpoints every K steps as HF folders with the DLM conventions JSON and the
+trainer state beside them. A killed run resumes from its last checkpoint and ends with the same
+weights as an uninterrupted one (every random draw comes from a generator saved in the
+checkpoint, and batches are a function of the step). A non-finite loss stops the run before the
+optimizer step, so the last good checkpoint is never overwritten. Under ``torchrun`` with several
+processes the model is wrapped in DistributedDataParallel and each rank takes its share of the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from ..conventions import Conventions
+from ..models import load_conventions
+from ..objectives import diffusion_terms, distill_terms, freeze
+from ..provenance import library_versions, read_jsonl, write_json
+from .ar_pretrain import autocast, lr_at
+from .data import Batches, document_rows
+
+STATE_FILE = "trainer_state.pt"
+DISTILL_SOURCES = {"all": {"code", "math"}, "code": {"code"}, "math": {"math"}}
+
+
+def checkpoint_steps(out_dir: Path) -> list[int]:
+    """Steps with a complete checkpoint (weights, conventions and trainer state)."""
+    steps = []
+    for p in Path(out_dir).glob("step_*"):
+        if p.is_dir() and (p / STATE_FILE).is_file() and p.name[5:].isdigit():
+            steps.append(int(p.name[5:]))
+    return sorted(steps)
+
+
+def run_conventions(run: dict, tokenizer) -> Conventions:
+    return Conventions(attention=run["attention"], shift=run["shift"], mask_token_id=tokenizer.mask_token_id,
+                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                       block_size=run["block_size"])
+
+
+def _distributed():
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device(f"cuda:{local}") if torch.cuda.is_available() else torch.device("cpu")
+    return world, rank, device
+
+
+def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset: str, model_name: str) -> dict:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    world, rank, device = _distributed()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tr = run["training"]
+    micro = tr["batch_size"] // tr["grad_accum"]
+    if micro * tr["grad_accum"] != tr["batch_size"] or micro % world:
+        raise ValueError(f"batch_size {tr['batch_size']} must split into grad_accum {tr['grad_accum']} micro-batches "
+                         f"divisible by {world} processes")
+    tok = AutoTokenizer.from_pretrained(str(teacher_dir))
+    conv = run_conventions(run, tok)
+    load_conventions(teacher_dir)  # the teacher folder must be one this project wrote
+
+    docs = read_jsonl(corpus_path)
+    if run["distill"] is not None:
+        docs = [d for d in docs if d.get("source") in DISTILL_SOURCES[run["distill"]["prompts"]]]
+    batches = Batches(document_rows(docs, tok, tr["seq_len"]), micro, seed, tok.pad_token_id)
+
+    if run["init"] == "ar":
+        model = AutoModelForCausalLM.from_pretrained(str(teacher_dir), dtype=torch.float32)
+    else:
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(teacher_dir)), dtype=torch.float32)
+    needs_teacher = run["align"] is not None or run["distill"] is not None
+    teacher = AutoModelForCausalLM.from_pretrained(str(teacher_dir)).to(device).eval().requires_grad_(False) \
+        if needs_teacher else None
+    frozen = freeze(model, run["freeze"])
+    model.to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=tr["lr"], weight_decay=tr["weight_decay"], betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(seed)
+
+    start = 0
+    done = checkpoint_steps(out_dir)
+    if done:
+        start = done[-1]
+        ckpt = out_dir / f"step_{start}"
+        model.load_state_dict(AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).state_dict())
+        state = torch.load(ckpt / STATE_FILE, weights_only=False)
+        opt.load_state_dict(state["optimizer"])
+        gen.set_state(state["generator"])
+    trained = model
+    if world > 1:
+        trained = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    log_path = out_dir / "log.jsonl"
+    if rank == 0:  # keep the log lines up to the resumed step only
+        lines = log_path.read_text().splitlines() if log_path.exists() else []
+        log_path.write_text("".join(l + "\n" for l in lines if json.loads(l)["step"] < start))
+    dtype = tr["dtype"]
+    t_run = time.time()
+    tokens_total = 0
+    bar = tqdm(range(start, tr["steps"]), desc=f"{run['name']} seed {seed}", mininterval=5, disable=rank != 0)
+    for step in bar:
+        t0 = time.time()
+        lr = lr_at(step, tr["steps"], tr["lr"], tr["warmup_steps"])
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        tokens = 0
+        for k in range(tr["grad_accum"]):
+            ids, valid, plens = (t.to(device) for t in batches(step * tr["grad_accum"] + k, rank, world))
+            with autocast(dtype):
+                if run["distill"] is not None:
+                    terms = distill_terms(trained, teacher, run, conv, ids, valid, plens, step, gen,
+                                          seed=seed * 1_000_003 + step)
+                else:
+                    terms = diffusion_terms(trained, teacher, run, conv, ids, valid, plens, gen)
+            loss = sum(terms.values()) / tr["grad_accum"]
+            if not torch.isfinite(loss):
+                last = checkpoint_steps(out_dir)
+                raise FloatingPointError(f"non-finite loss ({loss.item()}) at step {step} of run {run['name']}; the last "
+                                         f"good checkpoint (step {last[-1] if last else 'none'}) is kept")
+            loss.backward()
+            for name, v in terms.items():
+                sums[name] = sums.get(name, 0.0) + v.item() / tr["grad_accum"]
+            tokens += int(valid.sum())
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, tr["grad_clip"])
+        opt.step()
+        tokens_total += tokens
+        dt = time.time() - t0
+        if rank == 0:
+            row = {"step": step, "loss": sum(sums.values()), **sums, "lr": lr, "grad_norm": float(grad_norm),
+                   "tokens": tokens * world, "tokens_per_s": round(tokens * world / dt, 1), "step_s": round(dt, 4)}
+            if step % tr["log_every"] == 0 or step + 1 == tr["steps"]:
+                bar.set_postfix(loss=f"{row['loss']:.3f}")
+            with open(log_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            if (step + 1) % tr["checkpoint_every"] == 0 or step + 1 == tr["steps"]:
+                save_checkpoint(model, tok, opt, gen, out_dir, step + 1, conv, {
+                    "method": run["method"], "run": run["name"], "model": model_name, "preset": preset, "seed": seed,
+                    "run_settings": {k: v for k, v in run.items() if k not in ("name",)},
+                    "frozen_parameters": len(frozen), "versions": library_versions()})
+    if world > 1:
+        torch.distributed.barrier()
+    return {"run": run["name"], "model": model_name, "seed": seed, "steps": tr["steps"], "resumed_from": start,
+            "checkpoints": checkpoint_steps(out_dir), "wall_seconds": round(time.time() - t_run, 1),
+            "tokens": tokens_total * world}
+
+
+def save_checkpoint(model, tokenizer, opt, gen, out_dir: Path, step: int, conv: Conventions, info: dict) -> Path:
+    """Write step_<k>/ (HF weights, tokenizer, ar2dlm.json, trainer_state.pt) atomically."""
+    final = out_dir / f"step_{step}"
+    tmp = out_dir / f".step_{step}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    write_json(tmp / "ar2dlm.json", {**conv.to_dict(), **info, "step": step})
+    torch.save({"optimizer": opt.state_dict(), "generator": gen.get_state(), "step": step}, tmp / STATE_FILE)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return final

@@ -1,0 +1,149 @@
+"""The conversion training loop and its objectives on smoke-sized data."""
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ar2dlm.config import merge_preset
+from ar2dlm.models import build_qwen3, save_model
+from ar2dlm.objectives import on_policy_state, teacher_forward, teacher_targets
+from ar2dlm.provenance import write_jsonl
+from ar2dlm.runs import resolve_run
+from ar2dlm.teacher import ar_conventions
+from ar2dlm.training.trainer import run_conventions, train_run
+from tests.conftest import REPO
+
+ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "max_position_embeddings": 256}
+
+
+@pytest.fixture(scope="module")
+def setup(smoke_tokenizer, tmp_path_factory):
+    tok, docs = smoke_tokenizer
+    root = tmp_path_factory.mktemp("train")
+    model = build_qwen3(ARCH, tok)
+    save_model(model, tok, root / "teacher", {**ar_conventions(tok), "method": "test"})
+    write_jsonl(root / "corpus.jsonl", docs)
+    return root
+
+
+def run_cfg(name, **training):
+    cfg = merge_preset({"preset": "smoke"}, REPO / "config")
+    run = resolve_run(cfg, name)
+    run["training"].update({"steps": 12, "batch_size": 8, "lr": 3e-3, "warmup_steps": 1, "checkpoint_every": 4,
+                            "seq_len": 64, "dtype": "fp32", **training})
+    return run
+
+
+def train(setup, run, out, seed=0):
+    return train_run(run, setup / "teacher", setup / "corpus.jsonl", out, seed=seed, preset="smoke", model_name="tiny")
+
+
+def log(out):
+    return [json.loads(l) for l in (out / "log.jsonl").read_text().splitlines()]
+
+
+def weights(path):
+    return load_file(str(path / "model.safetensors"))
+
+
+@pytest.mark.parametrize("name,term", [("mdlm", "diffusion"), ("ra", "align"), ("ed", "diffusion"),
+                                       ("opd", "distill"), ("opd_off", "distill"), ("scratch", "diffusion")])
+def test_each_objective_loss_falls(setup, tmp_path, name, term):
+    run = run_cfg(name)
+    info = train(setup, run, tmp_path / name)
+    rows = log(tmp_path / name)
+    assert len(rows) == 12 and all(term in r for r in rows)
+    first, last = sum(r[term] for r in rows[:3]) / 3, sum(r[term] for r in rows[-3:]) / 3
+    assert last < first, (name, first, last)
+    assert info["checkpoints"] == [4, 8, 12]
+    conv = json.loads((tmp_path / name / "step_12" / "ar2dlm.json").read_text())
+    assert conv["attention"] == run["attention"] and conv["shift"] == run["shift"] and conv["run"] == name
+
+
+def test_frozen_parameters_stay_bitwise_unchanged(setup, tmp_path):
+    run = run_cfg("ra_freeze", steps=4)
+    train(setup, run, tmp_path / "f")
+    before, after = weights(setup / "teacher"), weights(tmp_path / "f" / "step_4")
+    for name in before:
+        frozen = "embed_tokens" in name or ".mlp." in name
+        assert torch.equal(before[name], after[name]) == frozen, name
+
+
+def test_repr_align_with_lambda_zero_matches_mdlm(setup, tmp_path):
+    a = run_cfg("ra_l0", steps=4)
+    b = run_cfg("mdlm", steps=4)
+    train(setup, a, tmp_path / "a")
+    train(setup, b, tmp_path / "b")
+    wa, wb = weights(tmp_path / "a" / "step_4"), weights(tmp_path / "b" / "step_4")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_opd_targets_come_from_the_teacher_on_x0(setup):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run = run_cfg("opd")
+    tok = AutoTokenizer.from_pretrained(str(setup / "teacher"))
+    student = AutoModelForCausalLM.from_pretrained(str(setup / "teacher"))
+    teacher = AutoModelForCausalLM.from_pretrained(str(setup / "teacher")).eval()
+    conv = run_conventions(run, tok)
+    prompts = [tok("def f(x):\n")["input_ids"], tok("Question: What is 2 + 3?\nAnswer:")["input_ids"]]
+    batch = on_policy_state(student, conv, prompts, 8, 0.9, torch.Generator().manual_seed(0), seed=0)
+    # the noisy state agrees with x0 wherever it is not masked, and each block keeps some masks
+    keep = ~batch.masked
+    assert torch.equal(batch.noisy[keep], batch.clean[keep]) and batch.masked.any()
+    targets = teacher_targets(teacher_forward(teacher, batch.clean, batch.valid).logits)
+    for row in range(2):
+        for i in batch.masked[row].nonzero().flatten().tolist():
+            prefix = batch.clean[row, :i][batch.valid[row, :i].bool()]
+            with torch.no_grad():
+                direct = teacher(input_ids=prefix[None]).logits[0, -1]
+            torch.testing.assert_close(targets[row, i], direct, atol=1e-4, rtol=1e-4)
+
+
+KILL_SCRIPT = """
+import sys, json
+from ar2dlm.training.trainer import train_run
+run, root, out = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+train_run(run, root + "/teacher", root + "/corpus.jsonl", out, seed=0, preset="smoke", model_name="tiny")
+"""
+
+
+def test_kill_and_resume_matches_an_uninterrupted_run(setup, tmp_path):
+    run = run_cfg("ra", steps=40, checkpoint_every=10)
+    train(setup, run, tmp_path / "straight")
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, json.dumps(run), str(setup), str(out)],
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    deadline = time.time() + 120
+    while not (out / "step_10" / "trainer_state.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = max(int(p.name[5:]) for p in out.glob("step_*"))
+    assert killed_at < 40  # it really was interrupted
+    info = train(setup, copy.deepcopy(run), out)
+    assert info["resumed_from"] == killed_at
+    a, b = weights(tmp_path / "straight" / "step_40"), weights(out / "step_40")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["step"] for r in log(out)] == list(range(40))
+
+
+def test_nan_loss_stops_without_overwriting_the_last_checkpoint(setup, tmp_path):
+    run = run_cfg("mdlm", steps=8)
+    train(setup, run, tmp_path / "n")
+    good = weights(tmp_path / "n" / "step_8")
+    bad = copy.deepcopy(run)
+    bad["training"].update({"steps": 16, "lr": 1e30})  # diverges
+    with pytest.raises(FloatingPointError, match="last good checkpoint"):
+        train(setup, bad, tmp_path / "n")
+    assert all(torch.equal(good[k], weights(tmp_path / "n" / "step_8")[k]) for k in good)
