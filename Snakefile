@@ -13,18 +13,26 @@ configfile: Path(workflow.basedir) / "config" / "config.yaml"
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/teacher.smk"
+include: "rules/convert.smk"
 include: "rules/report.smk"
 include: "rules/bench.smk"
 
 
-localrules: all_tables, bench
+localrules: all_tables, all_models, bench
+
+
+rule all_models:
+    """Every conversion run of the preset's grid (model x run x seed)."""
+    input:
+        [conversion_manifest(m, r, s) for m, r, s in CONVERSIONS],
 
 
 rule all_tables:
-    """Everything the chosen preset produces so far: the run summary."""
+    """Everything the chosen preset produces so far: the run summary and every conversion run."""
     input:
         "results/summary.md",
         "results/summary.json",
+        rules.all_models.input,
 
 
 rule bench:

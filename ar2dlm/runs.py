@@ -93,3 +93,18 @@ def check_runs(config: dict) -> None:
         for m in spec.get("models", []):
             if m not in models:
                 raise ConfigError(f"studies.{study}.models", f"{m!r} is not a key of models")
+
+
+def conversion_jobs(config: dict) -> list[tuple[str, str, int]]:
+    """Every (model, run, seed) to train: each run on its models with its seeds, plus the seeds
+    and models each study asks of it."""
+    jobs = set()
+    for name in config["runs"]:
+        run = resolve_run(config, name)
+        jobs.update((m, name, s) for m in run["models"] for s in run["seeds"])
+    for spec in config["studies"].values():
+        for name in spec["runs"]:
+            run = resolve_run(config, name)
+            models = [m for m in spec.get("models", run["models"]) if m in run["models"]]
+            jobs.update((m, name, s) for m in models for s in spec.get("seeds", run["seeds"]))
+    return sorted(jobs)

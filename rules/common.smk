@@ -6,6 +6,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 from ar2dlm.config import ConfigError, check_config, describe_schema_error, merge_preset
+from ar2dlm.runs import conversion_jobs, resolve_run
 
 min_version("9.0")
 
@@ -23,6 +24,8 @@ except ConfigError as exc:
 
 RESULTS = "results"
 MODELS = list(config["models"])
+RUNS = list(config["runs"])
+CONVERSIONS = conversion_jobs(config)  # (model, run, seed) of every run of the grid
 PREF_DOMAINS = list(config["data"]["preferences"]["domains"])
 
 
@@ -38,6 +41,15 @@ def eval_path(benchmark, model="{model}", run="teacher"):
     return f"{RESULTS}/eval/{benchmark}/{model}/{run}.json"
 
 
+def conversion_dir(model="{model}", run="{run}", seed="{seed}"):
+    return f"{RESULTS}/models/{model}/{run}/seed{seed}"
+
+
+def conversion_manifest(model="{model}", run="{run}", seed="{seed}"):
+    """The declared output of a conversion; its step_<k>/ checkpoints lie beside it."""
+    return os.path.join(conversion_dir(model, run, seed), "train.json")
+
+
 def log_path(name):
     return f"{RESULTS}/logs/{name}.log"
 
@@ -49,8 +61,18 @@ def corpus_outputs():
     return out
 
 
+def conversion_corpus(wildcards):
+    """The run's corpus cut; a stream that is not written out is read through its manifest."""
+    cut = resolve_run(config, wildcards.run)["data"]
+    if cut == "stream" and not config["data"]["corpus"]["materialize_stream"]:
+        return data_path("corpus", "manifest.json")
+    return data_path("corpus", cut + ".jsonl")
+
+
 wildcard_constraints:
     model="|".join(MODELS),
+    run="|".join(RUNS),
+    seed=r"\d+",
     domain="|".join(PREF_DOMAINS),
 
 

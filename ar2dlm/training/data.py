@@ -53,3 +53,37 @@ class Batches:
         idx = [step * self.batch_size + j for j in range(self.batch_size)][rank::world]
         picked = [self.rows[int(self._permutation(i // n)[i % n])] for i in idx]
         return collate(picked, self.pad_id)
+
+
+class StreamBatches:
+    """Batches read in order from a corpus that is never written out (the paper's 50B-token stream):
+    documents come from the manifest's data set with its seeded shuffle, up to its token budget.
+    Batch ``step`` must be asked in order; a resumed run skips the rows of earlier steps."""
+
+    def __init__(self, manifest: dict, tokenizer, seq_len: int, batch_size: int, pad_id: int):
+        from ..data.corpus import hub_documents
+
+        spec = {k[len("corpus_"):]: v for k, v in manifest.items() if k.startswith("corpus_") and k != "corpus_source"}
+        self.budget = manifest["stream"]["budget_tokens"]
+        self.docs = hub_documents(spec, manifest["seed"])
+        self.tokenizer, self.seq_len, self.batch_size, self.pad_id = tokenizer, seq_len, batch_size, pad_id
+        self.next_step, self.tokens, self.pending = 0, 0, []
+
+    def _rows(self, n: int):
+        while len(self.pending) < n:
+            if self.tokens >= self.budget:
+                raise ValueError(f"the stream's budget of {self.budget} tokens is used up")
+            new = document_rows([next(self.docs)], self.tokenizer, self.seq_len)
+            self.tokens += sum(len(r) for r, _ in new)
+            self.pending += new
+        out, self.pending = self.pending[:n], self.pending[n:]
+        return out
+
+    def __call__(self, step: int, rank: int = 0, world: int = 1):
+        while self.next_step < step:  # skip what earlier steps consumed (resume)
+            self._rows(self.batch_size)
+            self.next_step += 1
+        if step != self.next_step:
+            raise ValueError(f"stream batches are read in order: asked for step {step} after {self.next_step - 1}")
+        self.next_step += 1
+        return collate(self._rows(self.batch_size)[rank::world], self.pad_id)

@@ -24,9 +24,9 @@ from tqdm import tqdm
 from ..conventions import Conventions
 from ..models import load_conventions
 from ..objectives import diffusion_terms, distill_terms, freeze
-from ..provenance import library_versions, read_jsonl, write_json
+from ..provenance import library_versions, read_json, read_jsonl, write_json
 from .ar_pretrain import autocast, lr_at
-from .data import Batches, document_rows
+from .data import Batches, StreamBatches, document_rows
 
 STATE_FILE = "trainer_state.pt"
 DISTILL_SOURCES = {"all": {"code", "math"}, "code": {"code"}, "math": {"math"}}
@@ -72,10 +72,13 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     conv = run_conventions(run, tok)
     load_conventions(teacher_dir)  # the teacher folder must be one this project wrote
 
-    docs = read_jsonl(corpus_path)
-    if run["distill"] is not None:
-        docs = [d for d in docs if d.get("source") in DISTILL_SOURCES[run["distill"]["prompts"]]]
-    batches = Batches(document_rows(docs, tok, tr["seq_len"]), micro, seed, tok.pad_token_id)
+    if str(corpus_path).endswith(".json"):  # a corpus manifest: stream it from its source
+        batches = StreamBatches(read_json(corpus_path), tok, tr["seq_len"], micro, tok.pad_token_id)
+    else:
+        docs = read_jsonl(corpus_path)
+        if run["distill"] is not None:
+            docs = [d for d in docs if d.get("source") in DISTILL_SOURCES[run["distill"]["prompts"]]]
+        batches = Batches(document_rows(docs, tok, tr["seq_len"]), micro, seed, tok.pad_token_id)
 
     if run["init"] == "ar":
         model = AutoModelForCausalLM.from_pretrained(str(teacher_dir), dtype=torch.float32)

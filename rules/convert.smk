@@ -1,0 +1,22 @@
+# Conversion stage: every run of the grid, per model and seed. Checkpoints step_<k>/ are written
+# beside the declared train.json and are not Snakemake outputs, so a failed or killed job leaves
+# them in place and its rerun resumes from the last one.
+
+
+rule convert:
+    """Train one conversion run (model, run, seed): HF checkpoints every K steps plus a manifest."""
+    input:
+        teacher=teacher_dir(),
+        corpus=conversion_corpus,
+    output:
+        conversion_manifest(),
+    params:
+        run=lambda wc: resolve_run(config, wc.run),
+        preset=config["preset"],
+    threads: 8
+    log:
+        log_path("convert/{model}_{run}_seed{seed}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/convert.py"
