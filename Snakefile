@@ -39,3 +39,4 @@ rule bench:
     """Benchmarks (decoding throughput); not part of all_tables."""
     input:
         f"{RESULTS}/bench/decode.json",
+        f"{RESULTS}/bench/train.json",

@@ -9,7 +9,7 @@ rule bench_decode:
     output:
         f"{RESULTS}/bench/decode.json",
     params:
-        script=workflow.source_path("../benchmarks/decode.py"),
+        script=os.path.join(workflow.basedir, "benchmarks", "decode.py"),
         b=config["bench"],
         lengths=",".join(map(str, config["bench"]["lengths"])),
         cache_lengths=",".join(map(str, config["bench"]["cache_lengths"])),
@@ -25,3 +25,24 @@ rule bench_decode:
         " --block-size {params.b[block_size]} --lengths {params.lengths} --cache-lengths {params.cache_lengths}"
         " --thresholds {params.thresholds} --ratio-length {params.b[ratio_length]}"
         " --reference-threshold {params.b[reference_threshold]} > {log} 2>&1"
+
+
+rule bench_train:
+    """Training tokens/s: frozen vs full, repr_align vs mdlm; wall time of every conversion run."""
+    input:
+        teacher=teacher_dir(config["bench"]["model"]),
+        corpus=data_path("corpus", "subset.jsonl"),
+        manifests=[conversion_manifest(m, r, s) for m, r, s in CONVERSIONS],
+    output:
+        f"{RESULTS}/bench/train.json",
+    params:
+        script=os.path.join(workflow.basedir, "benchmarks", "train.py"),
+        preset=config["preset"],
+    threads: 8
+    log:
+        log_path("bench/train"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    shell:
+        "python {params.script} --teacher {input.teacher} --corpus {input.corpus} --preset {params.preset}"
+        " --out {output} --threads {threads} --manifests {input.manifests} > {log} 2>&1"

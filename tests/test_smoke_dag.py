@@ -25,6 +25,8 @@ def test_every_artifact_exists_and_is_non_empty(smoke_run):
         "data/tokenizer/tokenizer.json", "data/corpus/subset.jsonl", "data/corpus/stream.jsonl",
         "data/corpus/manifest.json", "models/tiny/teacher/config.json", "models/tiny/teacher/model.safetensors",
         "models/tiny/teacher/ar2dlm.json", "logs/teacher/tiny_loss.csv", "eval/synthetic_code/tiny/teacher.json",
+        "models/tiny/opd_ra/seed0/train.json", "models/tiny/ed/seed0/step_4/model.safetensors",
+        "models/tiny/ed/seed0/step_4/ar2dlm.json", "models/tiny/ed/seed0/log.jsonl",
         "summary.md", "summary.json",
     ]
     for rel in expected:
@@ -56,3 +58,6 @@ def test_decode_benchmark_rule(smoke_run):
     (one,) = [r for r in bench["dlm_thresholds"] if r["threshold"] == 1.0]
     assert one["tokens_per_step"] == 1.0 and one["decoded"] == 2 * 32
     assert bench["converted_dlm"] is False  # the teacher timed as an unconverted DLM, and it says so
+    train = json.loads((smoke_run / "results" / "bench" / "train.json").read_text())
+    assert set(train["runs"]) == {"mdlm", "ra", "ra_freeze"} and train["freeze_speedup"] > 0
+    assert len(train["wall_seconds"]) == 24 and "no CUDA" in train["gpu"]
