@@ -92,7 +92,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=tr["lr"], weight_decay=tr["weight_decay"], betas=(0.9, 0.95))
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed * 1000 + rank)  # each rank draws its own masks
 
     start = 0
     done = checkpoint_steps(out_dir)
@@ -102,7 +102,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         model.load_state_dict(AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).state_dict())
         state = torch.load(ckpt / STATE_FILE, weights_only=False)
         opt.load_state_dict(state["optimizer"])
-        gen.set_state(state["generator"])
+        gen.set_state(state["generators"][rank])
     trained = model
     if world > 1:
         trained = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -144,6 +144,12 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         opt.step()
         tokens_total += tokens
         dt = time.time() - t0
+        # every rank's generator state goes into the checkpoint, so a resume continues each stream
+        save_now = (step + 1) % tr["checkpoint_every"] == 0 or step + 1 == tr["steps"]
+        gen_states = [gen.get_state()]
+        if save_now and world > 1:
+            gen_states = [None] * world
+            torch.distributed.all_gather_object(gen_states, gen.get_state())
         if rank == 0:
             row = {"step": step, "loss": sum(sums.values()), **sums, "lr": lr, "grad_norm": float(grad_norm),
                    "tokens": tokens * world, "tokens_per_s": round(tokens * world / dt, 1), "step_s": round(dt, 4)}
@@ -151,8 +157,8 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
                 bar.set_postfix(loss=f"{row['loss']:.3f}")
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
-            if (step + 1) % tr["checkpoint_every"] == 0 or step + 1 == tr["steps"]:
-                save_checkpoint(model, tok, opt, gen, out_dir, step + 1, conv, {
+            if save_now:
+                save_checkpoint(model, tok, opt, gen_states, out_dir, step + 1, conv, {
                     "method": run["method"], "run": run["name"], "model": model_name, "preset": preset, "seed": seed,
                     "run_settings": {k: v for k, v in run.items() if k not in ("name",)},
                     "frozen_parameters": len(frozen), "versions": library_versions()})
@@ -163,7 +169,8 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             "tokens": tokens_total * world}
 
 
-def save_checkpoint(model, tokenizer, opt, gen, out_dir: Path, step: int, conv: Conventions, info: dict) -> Path:
+def save_checkpoint(model, tokenizer, opt, gen_states: list, out_dir: Path, step: int, conv: Conventions,
+                    info: dict) -> Path:
     """Write step_<k>/ (HF weights, tokenizer, ar2dlm.json, trainer_state.pt) atomically."""
     final = out_dir / f"step_{step}"
     tmp = out_dir / f".step_{step}.tmp"
@@ -171,7 +178,7 @@ def save_checkpoint(model, tokenizer, opt, gen, out_dir: Path, step: int, conv: 
     model.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
     write_json(tmp / "ar2dlm.json", {**conv.to_dict(), **info, "step": step})
-    torch.save({"optimizer": opt.state_dict(), "generator": gen.get_state(), "step": step}, tmp / STATE_FILE)
+    torch.save({"optimizer": opt.state_dict(), "generators": gen_states, "step": step}, tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final
