@@ -20,6 +20,9 @@ def test_paper_dry_run_lists_every_model(dry_run):
         assert f"results/models/{model}/teacher" in proc.stdout
         assert f"results/eval/synthetic_code/{model}/teacher.json" in proc.stdout
     assert "results/data/preferences/helpful/train.jsonl" in proc.stdout
+    for job in ("qwen3_0_6b/ra/seed0", "qwen3_4b/ra/seed0", "qwen3_8b/opd/seed0", "qwen3_8b/ed/seed0",
+                "qwen3_4b/ed_long/seed0", "qwen3_0_6b/ra_freeze/seed0"):
+        assert f"results/models/{job}/train.json" in proc.stdout
 
 
 def test_embedded_default_is_the_tiny_preset():

@@ -177,3 +177,22 @@ def test_two_process_ddp_trains_and_resumes(setup, tmp_path):
     assert '"resumed_from": 3' in again.stdout
     resumed = weights(tmp_path / "ddp" / "step_6")
     assert all(torch.equal(full[k], resumed[k]) for k in full)
+
+
+def test_divergences():
+    from ar2dlm.objectives import divergence
+
+    torch.manual_seed(0)
+    t, s = torch.randn(5, 11), torch.randn(5, 11)
+    fwd = divergence(t, s, "forward_kl")
+    ref = torch.nn.functional.kl_div(torch.log_softmax(s, -1), torch.log_softmax(t, -1), log_target=True,
+                                     reduction="none").sum(-1)
+    torch.testing.assert_close(fwd, ref)
+    torch.testing.assert_close(divergence(t, s, "reverse_kl"), divergence(s, t, "forward_kl"))
+    jsd = divergence(t, s, "jsd")
+    torch.testing.assert_close(jsd, divergence(s, t, "jsd"))
+    assert (jsd >= 0).all() and (jsd <= torch.log(torch.tensor(2.0)) + 1e-6).all()
+    torch.testing.assert_close(divergence(t, s, top_k=11), fwd)  # all tokens kept = the full KL
+    assert (divergence(t, t, "forward_kl").abs() < 1e-6).all() and (divergence(t, s, top_k=3) >= -1e-6).all()
+    with pytest.raises(ValueError, match="unknown divergence"):
+        divergence(t, s, "wasserstein")
