@@ -150,7 +150,7 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
 
     if trajectory is not None:
         trajectory.valid, trajectory.prompt_lens, trajectory.prompt_width, trajectory.states = valid, plens, P, []
-    cache, carry = None, None
+    cache, carry, pending = None, None, None
     if use_cache:
         cache = DynamicCache()
         out = model(input_ids=ids[:, :P], position_ids=pos[:, :P], attention_mask=full_mask[:, :, :P, :P],
@@ -168,10 +168,15 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
             if trajectory is not None:
                 trajectory.states.append((start, ids[:, start:end].clone()))
             if use_cache:
-                out = model(input_ids=ids[:, start:end], position_ids=pos[:, start:end],
-                            attention_mask=full_mask[:, :, start:end, :end], **{CACHE_KW: cache}, use_cache=True)
-                cache.crop(start - cache.get_seq_length())  # drop this step's block again (negative = remove)
-                logits = out.logits
+                # The previous block's final keys/values are appended in the same forward as this
+                # block's first step (its queries cannot see this block), saving a pass per block.
+                lo = start if pending is None else pending
+                out = model(input_ids=ids[:, lo:end], position_ids=pos[:, lo:end],
+                            attention_mask=full_mask[:, :, lo:end, :end], **{CACHE_KW: cache}, use_cache=True)
+                cache.crop(start - cache.get_seq_length())  # keep the finished blocks only (negative = remove)
+                if pending is not None:
+                    carry, pending = out.logits[:, start - lo - 1:start - lo], None
+                logits = out.logits[:, start - lo:]
                 if conv.shift:
                     logits = torch.cat([carry, logits[:, :-1]], 1)
             else:
@@ -198,11 +203,7 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
             pick = _pick(conf, still, threshold, n_fixed)
             stats.decoded += int(pick.sum())
             ids[:, start:end] = torch.where(pick, tokens, ids[:, start:end])
-        if use_cache:  # append the finished block's exact keys/values
-            out = model(input_ids=ids[:, start:end], position_ids=pos[:, start:end],
-                        attention_mask=full_mask[:, :, start:end, :end], **{CACHE_KW: cache}, use_cache=True)
-            carry = out.logits[:, -1:]
-            stats.nfe += 1
+        pending = start  # its exact keys/values join the cache with the next block's first step
         if stop_at_eos and (ids[:, P:end] == conv.eos_token_id).any(1).all():
             break
 
