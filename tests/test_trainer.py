@@ -138,16 +138,24 @@ def test_kill_and_resume_matches_an_uninterrupted_run(setup, tmp_path):
     assert [r["step"] for r in log(out)] == list(range(40))
 
 
-def test_nan_loss_stops_without_overwriting_the_last_checkpoint(setup, tmp_path):
-    run = run_cfg("mdlm", steps=8)
-    train(setup, run, tmp_path / "n")
-    good = weights(tmp_path / "n" / "step_8")
-    bad = copy.deepcopy(run)
-    bad["training"].update({"steps": 16, "lr": 1e30})  # diverges
-    with pytest.raises(FloatingPointError, match="last good checkpoint"):
-        train(setup, bad, tmp_path / "n")
-    assert all(torch.equal(good[k], weights(tmp_path / "n" / "step_8")[k]) for k in good)
+def test_nan_loss_stops_without_overwriting_the_last_checkpoint(setup, tmp_path, monkeypatch):
+    import ar2dlm.training.trainer as trainer
 
+    run = run_cfg("mdlm", steps=8)
+    train(setup, run, tmp_path / "clean")
+    real, calls = trainer.diffusion_terms, []
+
+    def poisoned(*args, **kwargs):  # the loss turns NaN at step 6
+        calls.append(1)
+        terms = real(*args, **kwargs)
+        return {k: v * float("nan") for k, v in terms.items()} if len(calls) > 6 else terms
+
+    monkeypatch.setattr(trainer, "diffusion_terms", poisoned)
+    with pytest.raises(FloatingPointError, match=r"step 6 .*last good checkpoint \(step 4\) is kept"):
+        train(setup, run, tmp_path / "n")
+    assert not (tmp_path / "n" / "step_8").exists()
+    good, kept = weights(tmp_path / "clean" / "step_4"), weights(tmp_path / "n" / "step_4")
+    assert all(torch.equal(good[k], kept[k]) for k in good)
 
 DDP_SCRIPT = """
 import json, sys
@@ -196,3 +204,16 @@ def test_divergences():
     assert (divergence(t, t, "forward_kl").abs() < 1e-6).all() and (divergence(t, s, top_k=3) >= -1e-6).all()
     with pytest.raises(ValueError, match="unknown divergence"):
         divergence(t, s, "wasserstein")
+
+
+def test_changed_settings_start_afresh_and_keep_the_old_checkpoints(setup, tmp_path):
+    run = run_cfg("mdlm", steps=4)
+    train(setup, run, tmp_path / "c")
+    old = weights(tmp_path / "c" / "step_4")
+    changed = copy.deepcopy(run)
+    changed["training"]["lr"] = 1e-4
+    info = train(setup, changed, tmp_path / "c")
+    assert info["resumed_from"] == 0  # not resumed from checkpoints of other settings
+    (archived,) = (tmp_path / "c" / "superseded").iterdir()
+    assert all(torch.equal(old[k], weights(archived / "step_4")[k]) for k in old)
+    assert not all(torch.equal(old[k], weights(tmp_path / "c" / "step_4")[k]) for k in old)

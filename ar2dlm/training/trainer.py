@@ -41,6 +41,21 @@ def checkpoint_steps(out_dir: Path) -> list[int]:
     return sorted(steps)
 
 
+def keep_matching_checkpoints(out_dir: Path, settings: dict) -> None:
+    """Checkpoints resume only a run with the same settings. Those of other settings (a changed
+    config) are moved to ``superseded/<time>/``, never deleted, and the run starts afresh."""
+    path = out_dir / "settings.json"
+    settings = json.loads(json.dumps(settings, sort_keys=True, default=str))
+    old = read_json(path) if path.exists() else None
+    if old is not None and old != settings and checkpoint_steps(out_dir):
+        archive = out_dir / "superseded" / time.strftime("%Y%m%d-%H%M%S")
+        archive.mkdir(parents=True)
+        for p in out_dir.iterdir():
+            if p.name != "superseded":
+                os.replace(p, archive / p.name)
+    write_json(path, settings)
+
+
 def run_conventions(run: dict, tokenizer) -> Conventions:
     return Conventions(attention=run["attention"], shift=run["shift"], mask_token_id=tokenizer.mask_token_id,
                        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
@@ -95,6 +110,10 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     gen = torch.Generator().manual_seed(seed * 1000 + rank)  # each rank draws its own masks
 
     start = 0
+    if rank == 0:
+        keep_matching_checkpoints(out_dir, {"run": run, "seed": seed, "teacher": str(teacher_dir), "world": world})
+    if world > 1:
+        torch.distributed.barrier()
     done = checkpoint_steps(out_dir)
     if done:
         start = done[-1]
