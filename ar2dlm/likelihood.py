@@ -17,18 +17,7 @@ import torch
 from .conventions import Conventions
 from .diffusion import forward_aligned, noise, token_nll
 from .sampling import left_pad
-
-
-def _batch(pairs: list[tuple[list[int], list[int]]], pad_id: int):
-    """Right-padded prompt+continuation rows (left padding would move the block structure)."""
-    rows = [p + c for p, c in pairs]
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    valid = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r)
-        valid[i, :len(r)] = 1
-    return ids, valid, torch.tensor([len(p) for p, _ in pairs])
+from .training.data import collate
 
 
 @torch.no_grad()
@@ -36,7 +25,7 @@ def ar_loglikelihood(model, pairs, pad_id: int, batch_size: int = 16) -> list[fl
     out = []
     for i in range(0, len(pairs), batch_size):
         chunk = pairs[i:i + batch_size]
-        ids, valid = left_pad([p + c for p, c in chunk], pad_id)
+        ids, valid = (t.to(model.device) for t in left_pad([p + c for p, c in chunk], pad_id))
         logp = torch.log_softmax(model(input_ids=ids, attention_mask=valid).logits.float(), -1)
         for r, (p, c) in enumerate(chunk):
             n = len(c)
@@ -58,7 +47,7 @@ def dlm_elbo(model, conv: Conventions, pairs, n_samples: int = 32, seed: int = 0
         remaining = n_samples
         while remaining > 0:
             k = min(remaining, batch_size)
-            ids, valid, plens = _batch([(p, c)] * k, conv.pad_token_id)
+            ids, valid, plens = (t.to(model.device) for t in collate([(p + c, len(p))] * k, conv.pad_token_id))
             batches = [noise(ids, valid, plens, conv, beta=beta, generator=gen)]
             if complementary:
                 batches.append(noise(ids, valid, plens, conv, complement_of=batches[0]))

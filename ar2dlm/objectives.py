@@ -157,10 +157,11 @@ def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: 
     for start, states in by_block.items():
         stack = torch.stack(states, 1)  # (B, steps, block)
         has_mask = (stack == conv.mask_token_id).any(-1)  # (B, steps)
-        pick = (torch.rand(has_mask.shape, generator=generator) * has_mask).argmax(1)
-        noisy[:, start:start + conv.block_size] = stack[torch.arange(len(pick)), pick]
+        draw = torch.rand(has_mask.shape, generator=generator, device=generator.device).to(stack.device)
+        pick = (draw * has_mask).argmax(1)
+        noisy[:, start:start + conv.block_size] = stack[torch.arange(len(pick), device=stack.device), pick]
     masked = noisy == conv.mask_token_id
-    zeros = torch.zeros(x0.shape, dtype=torch.float32)
+    zeros = torch.zeros(x0.shape, dtype=torch.float32, device=x0.device)
     elig = traj.valid.bool() & (position_ids(traj.valid) >= traj.prompt_lens.view(-1, 1))
     return NoisedBatch(x0, noisy, masked, zeros, elig, traj.valid, traj.prompt_lens, zeros)
 

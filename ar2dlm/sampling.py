@@ -41,7 +41,7 @@ def generate_ar(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
     torch.manual_seed(seed)
     out: list[list[int]] = []
     for i in tqdm(range(0, len(prompts), batch_size), desc="generate", mininterval=5):
-        ids, mask = left_pad(prompts[i:i + batch_size], pad)
+        ids, mask = (t.to(model.device) for t in left_pad(prompts[i:i + batch_size], pad))
         kwargs = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {"do_sample": False}
         if not stop_at_eos:
             kwargs["min_new_tokens"] = max_new_tokens
