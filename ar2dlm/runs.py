@@ -50,6 +50,8 @@ def check_runs(config: dict) -> None:
     models = config["models"]
     for name in config["runs"]:
         key = f"runs.{name}"
+        if name == "teacher":
+            raise ConfigError(key, "'teacher' names the AR teacher's folder; give the run another name")
         run = resolve_run(config, name)
         for m in run["models"]:
             if m not in models:

@@ -76,6 +76,7 @@ BAD_CONFIGS = [
     ({"runs": {"opd": {"distill": {"on_policy": "off"}}}}, "runs.opd.distill.on_policy", "is not of type 'boolean'"),
     ({"studies": {"ablations/lambda": {"runs": ["ra", "ra_l1000"]}}}, "studies.ablations/lambda.runs", "ra_l1000"),
     ({"training": {"steps": 0}}, "training.steps", "minimum"),
+    ({"runs": {"teacher": {"method": "mdlm"}}}, "runs.teacher", "names the AR teacher"),
     ({"bench": {"ratio_length": 24}}, "bench.ratio_length", "not one of bench.lengths"),
 ]
 
