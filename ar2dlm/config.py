@@ -135,8 +135,22 @@ def check_config(config: dict) -> None:
     bench = config["bench"]
     if bench["model"] not in config["models"]:
         raise ConfigError("bench.model", f"{bench['model']!r} is not a key of models ({', '.join(config['models'])})")
+    if bench["run"] not in config["runs"]:
+        raise ConfigError("bench.run", f"{bench['run']!r} is not a key of runs")
+    from .runs import resolve_run
+
+    timed = resolve_run(config, bench["run"])
+    if timed["attention"] != "block" or bench["model"] not in timed["models"]:
+        raise ConfigError("bench.run", f"the decode benchmark times a block-attention run of {bench['model']}; "
+                          f"{bench['run']!r} is {timed['attention']} on {timed['models']}")
+    if timed["block_size"] != bench["block_size"]:
+        raise ConfigError("bench.block_size", f"{bench['block_size']} differs from run {bench['run']}'s block size "
+                          f"{timed['block_size']}")
     if bench["ratio_length"] not in bench["lengths"]:
         raise ConfigError("bench.ratio_length", f"{bench['ratio_length']} is not one of bench.lengths {bench['lengths']}")
+    if bench["max_new_tokens"] % bench["block_size"]:
+        raise ConfigError("bench.max_new_tokens", f"block size {bench['block_size']} does not divide the length "
+                          f"{bench['max_new_tokens']}")
     for key in ("lengths", "cache_lengths"):
         for length in bench[key]:
             if length % bench["block_size"]:

@@ -11,19 +11,22 @@ only meaningful for a converted model.
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import torch
 
-from ar2dlm.benchmark import decode_benchmark, format_report
+from ar2dlm.benchmark import decode_benchmark, format_report, task_benchmark
 from ar2dlm.conventions import Conventions
 from ar2dlm.models import load_model
-from ar2dlm.provenance import library_versions, read_jsonl, write_json
+from ar2dlm.provenance import library_versions, read_json, read_jsonl, write_json
 from ar2dlm.tokenization import encode_pair
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model", required=True, help="a checkpoint folder, or a conversion folder with train.json "
+                    "(its last checkpoint is used)")
+    ap.add_argument("--ar-model", default=None, help="the AR model timed as the baseline (default: --model)")
     ap.add_argument("--prompts", required=True, help="JSONL with a 'prompt' field (the code suite)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch-size", type=int, default=1)
@@ -34,12 +37,18 @@ def main(argv=None):
     ap.add_argument("--ratio-length", type=int, default=256)
     ap.add_argument("--reference-threshold", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--task-prompts", type=int, default=0, help="also decode this many prompts to end-of-text")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--as-block-dlm", action="store_true", help="decode a causal checkpoint with block attention")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
-    model, tok, info = load_model(a.model)
+    model_dir = Path(a.model)
+    if (model_dir / "train.json").is_file():
+        model_dir = model_dir / f"step_{read_json(model_dir / 'train.json')['checkpoints'][-1]}"
+    model, tok, info = load_model(model_dir)
+    ar_model = load_model(a.ar_model)[0] if a.ar_model else model
     conv = Conventions.from_dict(info)
     converted = conv.is_diffusion
     if not converted:
@@ -48,10 +57,15 @@ def main(argv=None):
         conv = Conventions(attention="block", shift=True, mask_token_id=conv.mask_token_id, eos_token_id=conv.eos_token_id,
                            pad_token_id=conv.pad_token_id, block_size=a.block_size)
     prompts = [encode_pair(tok, r["prompt"], "", eos=False)[0] for r in read_jsonl(a.prompts)[: a.batch_size]]
-    result = decode_benchmark(model, tok, conv, prompts, block_size=a.block_size, lengths=ints(a.lengths),
+    result = decode_benchmark(model, ar_model, tok, conv, prompts, block_size=a.block_size, lengths=ints(a.lengths),
                               thresholds=[float(x) for x in a.thresholds.split(",")], ratio_length=a.ratio_length,
                               cache_lengths=ints(a.cache_lengths), reference_threshold=a.reference_threshold)
-    result.update({"model": a.model, "converted_dlm": converted, "conventions": conv.to_dict(),
+    if a.task_prompts:
+        tasks = [encode_pair(tok, r["prompt"], "", eos=False)[0] for r in read_jsonl(a.prompts)[: a.task_prompts]]
+        result["tasks"] = task_benchmark(model, ar_model, tok, conv, tasks, block_size=a.block_size,
+                                         max_new_tokens=a.max_new_tokens, thresholds=[float(x) for x in a.thresholds.split(",")],
+                                         batch_size=a.batch_size)
+    result.update({"model": str(model_dir), "ar_model": a.ar_model or str(model_dir), "converted_dlm": converted, "conventions": conv.to_dict(),
                    "versions": library_versions()})
     write_json(a.out, result)
     print(format_report(result))

@@ -4,7 +4,8 @@
 rule bench_decode:
     """Tokens/s of AR KV-cached decoding vs DLM block decoding with and without the exact cache."""
     input:
-        model=teacher_dir(config["bench"]["model"]),
+        dlm=conversion_manifest(config["bench"]["model"], config["bench"]["run"], config["seed"]),
+        teacher=teacher_dir(config["bench"]["model"]),
         prompts=data_path("code", "eval.jsonl"),
     output:
         f"{RESULTS}/bench/decode.json",
@@ -20,11 +21,12 @@ rule bench_decode:
     conda:
         "../envs/ar2dlm.yaml"
     shell:
-        "python {params.script} --model {input.model} --prompts {input.prompts}"
-        " --out {output} --as-block-dlm --threads {threads} --batch-size {params.b[batch_size]}"
+        "python {params.script} --model $(dirname {input.dlm}) --ar-model {input.teacher} --prompts {input.prompts}"
+        " --out {output} --threads {threads} --batch-size {params.b[batch_size]}"
         " --block-size {params.b[block_size]} --lengths {params.lengths} --cache-lengths {params.cache_lengths}"
         " --thresholds {params.thresholds} --ratio-length {params.b[ratio_length]}"
-        " --reference-threshold {params.b[reference_threshold]} > {log} 2>&1"
+        " --reference-threshold {params.b[reference_threshold]} --task-prompts {params.b[task_prompts]}"
+        " --max-new-tokens {params.b[max_new_tokens]} > {log} 2>&1"
 
 
 rule bench_train:

@@ -57,7 +57,9 @@ def test_decode_benchmark_rule(smoke_run):
     assert bench["ratios"]["cached_over_uncached_speed"]["32"] > 0
     (one,) = [r for r in bench["dlm_thresholds"] if r["threshold"] == 1.0]
     assert one["tokens_per_step"] == 1.0 and one["decoded"] == 2 * 32
-    assert bench["converted_dlm"] is False  # the teacher timed as an unconverted DLM, and it says so
+    assert bench["converted_dlm"] is True and bench["model"].endswith("ed_long/seed0/step_8")
+    assert bench["ar_model"].endswith("models/tiny/teacher") and bench["tasks"]["prompts"] == 2
+    assert {r["threshold"] for r in bench["tasks"]["dlm"]} == {0.5, 1.0}
     train = json.loads((smoke_run / "results" / "bench" / "train.json").read_text())
     assert set(train["runs"]) == {"mdlm", "ra", "ra_freeze"} and train["freeze_speedup"] > 0
     assert len(train["wall_seconds"]) == 24 and "no CUDA" in train["gpu"]
