@@ -11,6 +11,7 @@ _BASE = {"init": "ar", "attention": "bidirectional", "block_size": None, "shift"
          "positional_beta": 0.0, "loss_weight": "inverse_t", "data": "subset", "align": None, "freeze": [],
          "distill": None}
 ALIGN_DEFAULTS = {"lambda": 10.0, "metric": "cos", "layers": "all"}
+SYNTHETIC_PROMPTS = {"all": {"code", "math"}, "code": {"code"}, "math": {"math"}}  # corpus document sources
 DISTILL_DEFAULTS = {"on_policy": True, "divergence": "forward_kl", "top_k": None, "threshold": 0.9, "prompts": "all",
                     "curriculum": None, "rollout_length": None}
 
@@ -74,6 +75,17 @@ def check_runs(config: dict) -> None:
                                       f"{m} (hidden states 0..{arch['num_hidden_layers']})")
         d = run["distill"]
         if d is not None:
+            sets = config["data"]["prompt_sets"]
+            if d["prompts"] in SYNTHETIC_PROMPTS:
+                if config["data"]["corpus"]["source"] != "synthetic":
+                    raise ConfigError(f"{key}.distill.prompts", f"{d['prompts']!r} selects prompts of the synthetic "
+                                      "corpus; with a hub corpus name a key of data.prompt_sets")
+            elif d["prompts"] not in sets:
+                raise ConfigError(f"{key}.distill.prompts", f"{d['prompts']!r} is neither all, code, math nor a key of "
+                                  f"data.prompt_sets ({', '.join(sets) or 'none defined'})")
+            elif not d["on_policy"] and not sets[d["prompts"]].get("completion_field"):
+                raise ConfigError(f"{key}.distill.on_policy", f"off-policy distillation needs clean completions; "
+                                  f"data.prompt_sets.{d['prompts']} has no completion_field")
             lengths = [d["rollout_length"]] if d["rollout_length"] else []
             if d["curriculum"]:
                 c = d["curriculum"]

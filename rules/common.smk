@@ -62,8 +62,12 @@ def corpus_outputs():
 
 
 def conversion_corpus(wildcards):
-    """The run's corpus cut; a stream that is not written out is read through its manifest."""
-    cut = resolve_run(config, wildcards.run)["data"]
+    """The run's training data: a prompt set for distillation from one, else its corpus cut (a
+    stream that is not written out is read through its manifest)."""
+    run = resolve_run(config, wildcards.run)
+    if run["distill"] is not None and run["distill"]["prompts"] in config["data"]["prompt_sets"]:
+        return data_path("prompts", run["distill"]["prompts"] + ".jsonl")
+    cut = run["data"]
     if cut == "stream" and not config["data"]["corpus"]["materialize_stream"]:
         return data_path("corpus", "manifest.json")
     return data_path("corpus", cut + ".jsonl")
@@ -73,6 +77,7 @@ wildcard_constraints:
     model="|".join(MODELS),
     run="|".join(RUNS),
     seed=r"\d+",
+    pset="|".join(config["data"]["prompt_sets"]) or "no_prompt_sets",
     domain="|".join(PREF_DOMAINS),
 
 

@@ -68,3 +68,18 @@ rule corpus:
         "../envs/ar2dlm.yaml"
     script:
         "../workflow_scripts/make_corpus.py"
+
+
+rule prompt_set:
+    """Distillation prompts from a data set (paper: OPDLM's rollouts)."""
+    output:
+        data_path("prompts", "{pset}.jsonl"),
+    params:
+        spec=lambda wc: config["data"]["prompt_sets"][wc.pset],
+        seed=config["data"]["seed"],
+    log:
+        log_path("data/prompts_{pset}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/make_prompt_set.py"

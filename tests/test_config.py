@@ -20,6 +20,7 @@ def test_paper_dry_run_lists_every_model(dry_run):
         assert f"results/models/{model}/teacher" in proc.stdout
         assert f"results/eval/synthetic_code/{model}/teacher.json" in proc.stdout
     assert "results/data/preferences/helpful/train.jsonl" in proc.stdout
+    assert "results/data/prompts/general.jsonl" in proc.stdout  # OPDLM's rollout prompts
     for job in ("qwen3_0_6b/ra/seed0", "qwen3_4b/ra/seed0", "qwen3_8b/opd/seed0", "qwen3_8b/ed/seed0",
                 "qwen3_4b/ed_long/seed0", "qwen3_0_6b/ra_freeze/seed0"):
         assert f"results/models/{job}/train.json" in proc.stdout
@@ -77,6 +78,11 @@ BAD_CONFIGS = [
     ({"studies": {"ablations/lambda": {"runs": ["ra", "ra_l1000"]}}}, "studies.ablations/lambda.runs", "ra_l1000"),
     ({"training": {"steps": 0}}, "training.steps", "minimum"),
     ({"runs": {"teacher": {"method": "mdlm"}}}, "runs.teacher", "names the AR teacher"),
+    ({"runs": {"opd": {"distill": {"prompts": "poems"}}}}, "runs.opd.distill.prompts", "neither all, code, math"),
+    ({"data": {"prompt_sets": {"math": {"path": "json", "split": "train", "prompt_field": "q", "n": 5}}}},
+     "data.prompt_sets", "should not be valid under"),
+    ({"data": {"prompt_sets": {"qs": {"path": "json", "split": "train", "prompt_field": "q", "n": 5}}},
+      "runs": {"opd_off": {"distill": {"prompts": "qs"}}}}, "runs.opd_off.distill.on_policy", "no completion_field"),
     ({"bench": {"ratio_length": 24}}, "bench.ratio_length", "not one of bench.lengths"),
 ]
 

@@ -194,3 +194,18 @@ def test_offline_pretrained_tokenizer_fails_at_once_naming_the_key(offline_hub):
     with pytest.raises(CheckpointError, match="data.tokenizer.path"):
         load_pretrained_tokenizer("Qwen/not-a-cached-model")
     assert time.time() - t0 < 30
+
+
+def test_prompt_set_from_a_local_file(tmp_path):
+    from ar2dlm.data.build import build_prompt_set
+    from ar2dlm.provenance import read_jsonl
+
+    src = tmp_path / "math.jsonl"
+    src.write_text("".join(json.dumps({"problem": f"2 + {i}?", "solution": str(2 + i)}) + "\n" for i in range(30)))
+    spec = {"path": "json", "data_files": str(src), "split": "train", "prompt_field": "problem",
+            "completion_field": "solution", "shuffle_buffer": 8, "n": 12}
+    assert build_prompt_set("competition_math", spec, 0, tmp_path / "p.jsonl") == 12
+    rows = read_jsonl(tmp_path / "p.jsonl")
+    assert all(r["source"] == "competition_math" and r["completion"] == str(eval(r["prompt"][:-1])) for r in rows)
+    with pytest.raises(ValueError, match="holds only 30 rows"):
+        build_prompt_set("competition_math", {**spec, "n": 50}, 0, tmp_path / "q.jsonl")

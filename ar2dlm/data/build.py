@@ -111,3 +111,16 @@ def build_corpus(data_cfg: dict, tokenizer_dir, code_train, math_train, manifest
     }
     write_json(manifest, info)
     return info
+
+
+def build_prompt_set(name: str, spec: dict, seed: int, out) -> int:
+    """Distillation prompts (and completions, where the data set has them) from a ``datasets`` source."""
+    docs = hub_documents({**spec, "text_field": None, "completion_field": spec.get("completion_field") or None}, seed)
+    rows = []
+    for doc in docs:
+        if len(rows) == spec["n"]:
+            break
+        rows.append({**doc, "source": name})
+    if len(rows) < spec["n"]:
+        raise ValueError(f"data.prompt_sets.{name}.n={spec['n']} but {spec['path']} holds only {len(rows)} rows")
+    return write_jsonl(out, rows)

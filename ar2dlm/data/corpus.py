@@ -52,8 +52,8 @@ def hub_documents(spec: dict, seed: int) -> Iterator[dict]:
         if spec.get("text_field"):
             yield {"prompt": "", "completion": str(row[spec["text_field"]]), "source": spec["path"]}
         else:
-            yield {"prompt": str(row[spec["prompt_field"]]), "completion": str(row[spec["completion_field"]]),
-                   "source": spec["path"]}
+            completion = row[spec["completion_field"]] if spec.get("completion_field") else ""
+            yield {"prompt": str(row[spec["prompt_field"]]), "completion": str(completion), "source": spec["path"]}
 
 
 def take_tokens(docs: Iterable[dict], budget: int, count: Callable[[dict], int], what: str) -> tuple[list[dict], int]:

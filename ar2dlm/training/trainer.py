@@ -25,11 +25,11 @@ from ..conventions import Conventions
 from ..models import load_conventions
 from ..objectives import diffusion_terms, distill_terms, freeze
 from ..provenance import library_versions, read_json, read_jsonl, write_json
+from ..runs import SYNTHETIC_PROMPTS
 from .ar_pretrain import autocast, lr_at
 from .data import Batches, StreamBatches, document_rows
 
 STATE_FILE = "trainer_state.pt"
-DISTILL_SOURCES = {"all": {"code", "math"}, "code": {"code"}, "math": {"math"}}
 
 
 def checkpoint_steps(out_dir: Path) -> list[int]:
@@ -91,8 +91,8 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         batches = StreamBatches(read_json(corpus_path), tok, tr["seq_len"], micro, tok.pad_token_id)
     else:
         docs = read_jsonl(corpus_path)
-        if run["distill"] is not None:
-            docs = [d for d in docs if d.get("source") in DISTILL_SOURCES[run["distill"]["prompts"]]]
+        if run["distill"] is not None and run["distill"]["prompts"] in SYNTHETIC_PROMPTS:
+            docs = [d for d in docs if d.get("source") in SYNTHETIC_PROMPTS[run["distill"]["prompts"]]]
         batches = Batches(document_rows(docs, tok, tr["seq_len"]), micro, seed, tok.pad_token_id)
 
     if run["init"] == "ar":
