@@ -85,7 +85,6 @@ class Trajectory:
     canvas: torch.Tensor | None = None
     valid: torch.Tensor | None = None
     prompt_lens: torch.Tensor | None = None
-    prompt_width: int = 0
     states: list = None  # (block start, (B, block) tokens before the step)
 
 
@@ -149,7 +148,7 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
     full_mask = attention_mask(mode, valid, dtype, plens, block_size)
 
     if trajectory is not None:
-        trajectory.valid, trajectory.prompt_lens, trajectory.prompt_width, trajectory.states = valid, plens, P, []
+        trajectory.valid, trajectory.prompt_lens, trajectory.states = valid, plens, []
     cache, carry, pending = None, None, None
     if use_cache:
         cache = DynamicCache()
