@@ -61,6 +61,12 @@ def corpus_outputs():
     return out
 
 
+def run_settings(name):
+    """What a run trains with: its resolved settings without the job selection (models, seeds),
+    so adding a model or a seed elsewhere does not retrain existing runs."""
+    return {k: v for k, v in resolve_run(config, name).items() if k not in ("models", "seeds")}
+
+
 def conversion_corpus(wildcards):
     """The run's training data: a prompt set for distillation from one, else its corpus cut (a
     stream that is not written out is read through its manifest)."""

@@ -11,7 +11,7 @@ rule convert:
     output:
         conversion_manifest(),
     params:
-        run=lambda wc: resolve_run(config, wc.run),
+        run=lambda wc: run_settings(wc.run),
         preset=config["preset"],
     threads: 8
     log:

@@ -9,7 +9,7 @@ rule synthetic_suites:
         math_train=data_path("math", "train.jsonl"),
         math_eval=data_path("math", "eval.jsonl"),
     params:
-        data=config["data"],
+        data={k: config["data"][k] for k in ("seed", "code_suite", "math_suite")},
     log:
         log_path("data/synthetic_suites"),
     conda:
@@ -26,7 +26,7 @@ rule preferences:
         train=data_path("preferences", "{domain}", "train.jsonl"),
         eval=data_path("preferences", "{domain}", "eval.jsonl"),
     params:
-        data=config["data"],
+        data={k: config["data"][k] for k in ("seed", "preferences")},
     log:
         log_path("data/preferences_{domain}"),
     conda:
@@ -43,7 +43,11 @@ rule tokenizer:
     output:
         directory(data_path("tokenizer")),
     params:
-        data=config["data"],
+        data={
+            "seed": config["data"]["seed"],
+            "tokenizer": config["data"]["tokenizer"],
+            "corpus": {"stdlib_files": config["data"]["corpus"]["stdlib_files"]},
+        },
     log:
         log_path("data/tokenizer"),
     conda:
@@ -61,7 +65,7 @@ rule corpus:
     output:
         **corpus_outputs(),
     params:
-        data=config["data"],
+        data={k: config["data"][k] for k in ("seed", "corpus")},
     log:
         log_path("data/corpus"),
     conda:
