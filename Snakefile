@@ -30,13 +30,13 @@ rule all_models:
 rule all_tables:
     """Everything the chosen preset produces so far: the run summary and every conversion run."""
     input:
-        "results/summary.md",
-        "results/summary.json",
+        f"{RESULTS}/summary.md",
+        f"{RESULTS}/summary.json",
         rules.all_models.input,
 
 
 rule bench:
-    """Benchmarks (decoding throughput); not part of all_tables."""
+    """Benchmarks (decoding and training throughput); not part of all_tables."""
     input:
         f"{RESULTS}/bench/decode.json",
         f"{RESULTS}/bench/train.json",
