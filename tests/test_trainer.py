@@ -65,6 +65,8 @@ def test_each_objective_loss_falls(setup, tmp_path, name, term):
     first, last = sum(r[term] for r in rows[:3]) / 3, sum(r[term] for r in rows[-3:]) / 3
     assert last < first, (name, first, last)
     assert info["checkpoints"] == [4, 8, 12]
+    if name == "opd":  # on-policy: the prompts plus 8 rolled-out tokens per row are what a step trains on
+        assert all(r["tokens"] > 8 * run["training"]["batch_size"] for r in rows)
     conv = json.loads((tmp_path / name / "step_12" / "ar2dlm.json").read_text())
     assert conv["attention"] == run["attention"] and conv["shift"] == run["shift"] and conv["run"] == name
 

@@ -23,7 +23,8 @@ from tqdm import tqdm
 
 from ..conventions import Conventions
 from ..models import load_conventions
-from ..objectives import diffusion_terms, distill_terms, freeze
+from ..attention import position_ids
+from ..objectives import diffusion_terms, distill_terms, freeze, rollout_length
 from ..provenance import library_versions, read_json, read_jsonl, write_json
 from ..runs import SYNTHETIC_PROMPTS
 from .ar_pretrain import autocast, lr_at
@@ -54,6 +55,17 @@ def keep_matching_checkpoints(out_dir: Path, settings: dict) -> None:
             if p.name != "superseded":
                 os.replace(p, archive / p.name)
     write_json(path, settings)
+
+
+def trained_tokens(run: dict, conv: Conventions, valid, plens, step: int) -> int:
+    """Tokens a step trains on: the batch, or for distillation the prompts plus rollout length
+    (on-policy) or the batch cut to it (off-policy)."""
+    if run["distill"] is None:
+        return int(valid.sum())
+    length = rollout_length(run["distill"], step, conv.block_size)
+    if run["distill"]["on_policy"]:
+        return int(plens.sum()) + len(plens) * length
+    return int(((position_ids(valid) < plens.view(-1, 1) + length) & valid.bool()).sum())
 
 
 def run_conventions(run: dict, tokenizer) -> Conventions:
@@ -158,7 +170,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             loss.backward()
             for name, v in terms.items():
                 sums[name] = sums.get(name, 0.0) + v.item() / tr["grad_accum"]
-            tokens += int(valid.sum())
+            tokens += trained_tokens(run, conv, valid, plens, step)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, tr["grad_clip"])
         opt.step()
         tokens_total += tokens
