@@ -34,8 +34,7 @@ def decode_benchmark(model, ar_model, tokenizer, conv: Conventions, prompts: lis
     def dlm(length, threshold, cache):
         (_, st), _ = _timed(lambda: generate_dlm(model, conv, prompts, length, block_size, threshold=threshold,
                                                  use_cache=cache, stop_at_eos=False))
-        return {"length": length, "threshold": threshold, "cache": cache, **st.as_dict(),
-                "tokens_per_s": round(st.decoded / st.seconds, 1)}
+        return {"length": length, "threshold": threshold, "cache": cache, **st.as_dict()}
 
     ar_runs = [ar(L) for L in lengths]
     ar_ref = next(r for r in ar_runs if r["length"] == ratio_length)

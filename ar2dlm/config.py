@@ -128,7 +128,7 @@ def check_config(config: dict) -> None:
                 raise ConfigError(f"{key}.model_path", f"missing checkpoint: {path!r} is not a Hugging Face model "
                                   "folder (no config.json)")
 
-    from .runs import check_runs
+    from .runs import check_runs, resolve_run
 
     check_runs(config)
 
@@ -137,8 +137,6 @@ def check_config(config: dict) -> None:
         raise ConfigError("bench.model", f"{bench['model']!r} is not a key of models ({', '.join(config['models'])})")
     if bench["run"] not in config["runs"]:
         raise ConfigError("bench.run", f"{bench['run']!r} is not a key of runs")
-    from .runs import resolve_run
-
     timed = resolve_run(config, bench["run"])
     if timed["attention"] != "block" or bench["model"] not in timed["models"]:
         raise ConfigError("bench.run", f"the decode benchmark times a block-attention run of {bench['model']}; "

@@ -23,36 +23,30 @@ def library_versions() -> dict:
     return out
 
 
-def write_json(path: str | Path, obj) -> None:
-    """Write JSON atomically (temp file in the same folder, then rename)."""
+def _atomic_write(path: str | Path, write) -> None:
+    """Call ``write(file)`` on a temp file in the target's folder, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json(path: str | Path, obj) -> None:
+    """Write JSON atomically."""
+    _atomic_write(path, lambda f: f.write(json.dumps(obj, indent=2, default=str) + "\n"))
 
 
 def write_jsonl(path: str | Path, rows) -> int:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    n = 0
-    try:
-        with os.fdopen(fd, "w") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-                n += 1
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return n
+    """Write one JSON object per line atomically; return the number of rows."""
+    rows = list(rows)
+    _atomic_write(path, lambda f: f.writelines(json.dumps(row) + "\n" for row in rows))
+    return len(rows)
 
 
 def read_jsonl(path: str | Path) -> list[dict]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import REPO, run_snakemake
+from tests.conftest import REPO
 
 
 @pytest.mark.parametrize("preset", ["smoke", "tiny", "paper", None])

@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from ..conventions import Conventions
-from ..models import load_conventions
+from ..models import load_conventions, save_model
 from ..attention import position_ids
 from ..objectives import diffusion_terms, distill_terms, freeze, rollout_length
 from ..provenance import library_versions, read_json, read_jsonl, write_json
@@ -206,9 +206,7 @@ def save_checkpoint(model, tokenizer, opt, gen_states: list, out_dir: Path, step
     final = out_dir / f"step_{step}"
     tmp = out_dir / f".step_{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
-    write_json(tmp / "ar2dlm.json", {**conv.to_dict(), **info, "step": step})
+    save_model(model, tokenizer, tmp, {**conv.to_dict(), **info, "step": step})
     torch.save({"optimizer": opt.state_dict(), "generators": gen_states, "step": step}, tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
