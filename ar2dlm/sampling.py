@@ -217,3 +217,37 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
     stats.response_tokens = sum(len(r) for r in results)
     stats.seconds = time.perf_counter() - t0
     return results, stats
+
+
+def generate(model, tokenizer, conv: Conventions, prompts: list[list[int]], max_new_tokens: int, *,
+             block_size: int | None = None, threshold: float | None = 0.9, temperature: float = 0.0,
+             seed: int = 0, batch_size: int = 16) -> tuple[list[list[int]], dict]:
+    """Decode with the model's own sampler, read from its conventions: KV-cached AR generation for a
+    causal model; block decoding for a DLM (its attention block, exact prefix cache, for block
+    attention; ``block_size`` decoding blocks with full recomputation for bidirectional ones).
+    Returns the responses (cut at end-of-text) and summed decoding statistics."""
+    t0 = time.perf_counter()
+    if not conv.is_diffusion:
+        sample = temperature > 0
+        outs = generate_ar(model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, do_sample=sample,
+                           temperature=temperature if sample else 1.0, seed=seed)
+        seconds = time.perf_counter() - t0
+        n = sum(len(o) for o in outs)
+        return outs, {"decoder": "ar", "response_tokens": n, "seconds": round(seconds, 4),
+                      "tokens_per_s": round(n / max(seconds, 1e-9), 2), "tokens_per_step": 1.0}
+    if conv.attention == "block":
+        if block_size not in (None, conv.block_size):
+            raise ValueError(f"a block-attention model decodes with its own block size {conv.block_size}, not {block_size}")
+        block_size = conv.block_size
+    elif block_size is None:
+        raise ValueError("a bidirectional DLM needs a decoding block size")
+    total = DecodeStats(batch_size=batch_size)
+    outs = []
+    for i in tqdm(range(0, len(prompts), batch_size), desc="decode", mininterval=5):
+        rows, st = generate_dlm(model, conv, prompts[i:i + batch_size], max_new_tokens, block_size, threshold=threshold,
+                                use_cache=conv.attention == "block", temperature=temperature, seed=seed + i)
+        outs += rows
+        for f in ("nfe", "steps", "decoded", "response_tokens"):
+            setattr(total, f, getattr(total, f) + getattr(st, f))
+    total.seconds = time.perf_counter() - t0
+    return outs, {"decoder": "dlm", "block_size": block_size, "threshold": threshold, **total.as_dict()}

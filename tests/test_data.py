@@ -10,8 +10,6 @@ from ar2dlm.data.code_suite import FAMILIES, generate_code_suite, run_solution, 
 from ar2dlm.data.corpus import hub_documents, shuffled, take_tokens, token_counter
 from ar2dlm.data.math_suite import generate_math_suite
 from ar2dlm.data.preferences import make_preferences
-from ar2dlm.evaluation.code import pass_at_k, score_with_evalplus, truncate_completion
-from ar2dlm.provenance import write_jsonl
 from ar2dlm.tokenization import MASK_TOKEN, encode_pair, load_pretrained_tokenizer
 
 FIELDS = {"task_id", "prompt", "canonical_solution", "entry_point", "base_input", "plus_input", "atol"}
@@ -48,18 +46,6 @@ def test_code_suite_format_and_heldout_pairings():
     ns = {}
     exec(t["prompt"] + t["canonical_solution"], ns)
     assert repr(eval(call, ns)) == t["prompt"].split(">>> ")[1].split("\n")[1].strip()
-
-
-def test_evalplus_scores_canonical_one_and_broken_zero(tmp_path):
-    _, held = generate_code_suite(10, 12, 0.2, seed=0)
-    problems = tmp_path / "eval.jsonl"
-    write_jsonl(problems, held)
-    good = score_with_evalplus(problems, [{"task_id": t["task_id"], "completion": t["canonical_solution"]} for t in held])
-    assert good["metrics"]["base_pass@1"] == 1.0 and good["metrics"]["plus_pass@1"] == 1.0
-    broken = [{"task_id": t["task_id"], "completion": "    return None\n"} for t in held]
-    broken[0]["completion"] = "    while True:\n        pass\n"  # an infinite loop fails, and stops
-    bad = score_with_evalplus(problems, broken)
-    assert bad["metrics"]["base_pass@1"] == 0.0 and bad["metrics"]["plus_pass@1"] == 0.0
 
 
 def test_preference_pairs_are_real_preferences():
@@ -130,14 +116,6 @@ def test_hub_documents_streams_local_files(tmp_path):
     assert sorted(a) == sorted(r["text"] for r in rows)
     assert a == [d["completion"] for d in hub_documents(spec, seed=0)]
     assert a != [d["completion"] for d in hub_documents(spec, seed=1)]
-
-
-def test_truncate_completion_and_pass_at_k():
-    text = "    y = x + 1\n    return y\n\ndef other():\n    pass\n"
-    assert truncate_completion(text) == "    y = x + 1\n    return y\n"
-    assert truncate_completion("    return 1\nprint(3)\n") == "    return 1\n"
-    assert pass_at_k(10, 0, 1) == 0.0 and pass_at_k(10, 10, 10) == 1.0
-    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
 
 
 def test_hub_preferences_from_local_ultrafeedback_style_file(tmp_path):
