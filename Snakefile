@@ -14,11 +14,12 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/teacher.smk"
 include: "rules/convert.smk"
+include: "rules/evaluate.smk"
 include: "rules/report.smk"
 include: "rules/bench.smk"
 
 
-localrules: all_tables, all_models, bench
+localrules: all_tables, all_models, all_evals, bench
 
 
 rule all_models:
@@ -27,12 +28,19 @@ rule all_models:
         [conversion_manifest(m, r, s) for m, r, s in CONVERSIONS],
 
 
+rule all_evals:
+    """Every evaluation the studies need (conversion checkpoints and AR teachers)."""
+    input:
+        eval_outputs(),
+
+
 rule all_tables:
     """Everything the chosen preset produces so far: the run summary and every conversion run."""
     input:
         f"{RESULTS}/summary.md",
         f"{RESULTS}/summary.json",
         rules.all_models.input,
+        rules.all_evals.input,
 
 
 rule bench:

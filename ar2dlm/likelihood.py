@@ -21,7 +21,9 @@ from .training.data import collate
 
 
 @torch.no_grad()
-def ar_loglikelihood(model, pairs, pad_id: int, batch_size: int = 16) -> list[float]:
+def ar_scores(model, pairs, pad_id: int, batch_size: int = 16) -> list[tuple[float, bool]]:
+    """Exact log p(continuation | prompt) of a causal model, and whether greedy decoding from the
+    prompt would produce the continuation."""
     out = []
     for i in range(0, len(pairs), batch_size):
         chunk = pairs[i:i + batch_size]
@@ -29,9 +31,13 @@ def ar_loglikelihood(model, pairs, pad_id: int, batch_size: int = 16) -> list[fl
         logp = torch.log_softmax(model(input_ids=ids, attention_mask=valid).logits.float(), -1)
         for r, (p, c) in enumerate(chunk):
             n = len(c)
-            target = ids[r, -n:]
-            out.append(float(logp[r, -n - 1:-1].gather(-1, target[:, None]).sum()))
+            target, pred = ids[r, -n:], logp[r, -n - 1:-1]
+            out.append((float(pred.gather(-1, target[:, None]).sum()), bool((pred.argmax(-1) == target).all())))
     return out
+
+
+def ar_loglikelihood(model, pairs, pad_id: int, batch_size: int = 16) -> list[float]:
+    return [s for s, _ in ar_scores(model, pairs, pad_id, batch_size)]
 
 
 @torch.no_grad()

@@ -107,6 +107,41 @@ def check_runs(config: dict) -> None:
         for m in spec.get("models", []):
             if m not in models:
                 raise ConfigError(f"studies.{study}.models", f"{m!r} is not a key of models")
+    check_evals(config)
+
+
+DECODED_KINDS = ("code", "math", "throughput")
+LOCAL_HARNESS_TASKS = ("arith_choice",)  # tasks kept in ar2dlm/evaluation/tasks, built from the maths suite
+
+
+def check_evals(config: dict) -> None:
+    """Every benchmark a study names exists and fits its data and the runs it evaluates."""
+    benches, data = config["eval"]["benchmarks"], config["data"]
+    for name, b in benches.items():
+        key = f"eval.benchmarks.{name}"
+        suite = {"code": "code_suite", "throughput": "code_suite", "math": "math_suite"}.get(b["kind"])
+        if suite and b.get("source", "suite") == "suite" and b.get("limit") and b["limit"] > data[suite]["n_eval"]:
+            raise ConfigError(f"{key}.limit", f"{b['limit']} tasks asked, larger than their source "
+                              f"data.{suite}.n_eval ({data[suite]['n_eval']})")
+        if b["kind"] == "harness" and b["local"] and b["task"] not in LOCAL_HARNESS_TASKS:
+            raise ConfigError(f"{key}.task", f"no local task {b['task']!r} (local tasks: {', '.join(LOCAL_HARNESS_TASKS)})")
+        if b["kind"] == "code" and b["n_samples"] > 1 and b["temperature"] == 0:
+            raise ConfigError(f"{key}.temperature", f"{b['n_samples']} samples per task need a temperature above 0")
+    for study, spec in config["studies"].items():
+        for e in spec["evals"]:
+            if e not in benches:
+                raise ConfigError(f"studies.{study}.evals", f"{e!r} is not a key of eval.benchmarks "
+                                  f"({', '.join(benches)})")
+            b = {**config["eval"]["decoding"], **benches[e]}
+            if b["kind"] not in DECODED_KINDS:
+                continue
+            blocks = [resolve_run(config, r)["block_size"] for r in spec["runs"]
+                      if resolve_run(config, r)["attention"] == "block"]
+            blocks += b.get("block_sizes", []) if b["kind"] == "throughput" else [b["block_size"]]
+            for bs in blocks:
+                if b["max_new_tokens"] % bs:
+                    raise ConfigError(f"eval.benchmarks.{e}.max_new_tokens", f"block size {bs} (studies.{study}) does "
+                                      f"not divide the generation length {b['max_new_tokens']}")
 
 
 def conversion_jobs(config: dict) -> list[tuple[str, str, int]]:
@@ -122,3 +157,24 @@ def conversion_jobs(config: dict) -> list[tuple[str, str, int]]:
             models = [m for m in spec.get("models", run["models"]) if m in run["models"]]
             jobs.update((m, name, s) for m in models for s in spec.get("seeds", run["seeds"]))
     return sorted(jobs)
+
+
+def checkpoint_steps_of(run: dict) -> list[int]:
+    """Steps at which a run writes a checkpoint (every K steps and the last)."""
+    t = run["training"]
+    return sorted({*range(t["checkpoint_every"], t["steps"] + 1, t["checkpoint_every"]), t["steps"]})
+
+
+def eval_jobs(config: dict) -> tuple[list[tuple], list[tuple]]:
+    """What the studies evaluate: (benchmark, model, run, seed, step) of conversion checkpoints,
+    and (benchmark, model) of the AR teachers, on every benchmark a study uses."""
+    conversions, teachers = set(), set()
+    for spec in config["studies"].values():
+        for name in spec["runs"]:
+            run = resolve_run(config, name)
+            models = [m for m in spec.get("models", run["models"]) if m in run["models"]]
+            steps = checkpoint_steps_of(run) if spec.get("checkpoints") == "all" else [run["training"]["steps"]]
+            conversions.update((e, m, name, s, k) for e in spec["evals"] for m in models
+                               for s in spec.get("seeds", run["seeds"]) for k in steps)
+            teachers.update((e, m) for e in spec["evals"] for m in models)
+    return sorted(conversions), sorted(teachers)

@@ -6,7 +6,8 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 from ar2dlm.config import ConfigError, check_config, describe_schema_error, merge_preset
-from ar2dlm.runs import conversion_jobs, resolve_run
+from ar2dlm.evaluation.suite import benchmark_settings
+from ar2dlm.runs import conversion_jobs, eval_jobs, resolve_run
 
 min_version("9.0")
 
@@ -26,6 +27,8 @@ RESULTS = "results"
 MODELS = list(config["models"])
 RUNS = list(config["runs"])
 CONVERSIONS = conversion_jobs(config)  # (model, run, seed) of every run of the grid
+EVALS, TEACHER_EVALS = eval_jobs(config)  # what the studies evaluate
+BENCHMARKS = list(config["eval"]["benchmarks"])
 PREF_DOMAINS = list(config["data"]["preferences"]["domains"])
 
 
@@ -37,8 +40,16 @@ def teacher_dir(model="{model}"):
     return f"{RESULTS}/models/{model}/teacher"
 
 
-def eval_path(benchmark, model="{model}", run="teacher"):
-    return f"{RESULTS}/eval/{benchmark}/{model}/{run}.json"
+def teacher_check_path(model="{model}"):
+    return f"{RESULTS}/eval/teacher_check/{model}.json"
+
+
+def eval_path(benchmark="{benchmark}", model="{model}", run="{run}", seed="{seed}", step="{step}"):
+    """One evaluation JSON per (benchmark, model, run, seed, checkpoint step); the AR teacher's is
+    ``teacher.json``. Code and maths evaluations keep their samples beside it (``.samples.jsonl``)."""
+    if run == "teacher":
+        return f"{RESULTS}/eval/{benchmark}/{model}/teacher.json"
+    return f"{RESULTS}/eval/{benchmark}/{model}/{run}/seed{seed}/step_{step}.json"
 
 
 def conversion_dir(model="{model}", run="{run}", seed="{seed}"):
@@ -83,6 +94,8 @@ wildcard_constraints:
     model="|".join(MODELS),
     run="|".join(RUNS),
     seed=r"\d+",
+    step=r"\d+",
+    benchmark="|".join(BENCHMARKS),
     pset="|".join(config["data"]["prompt_sets"]) or "no_prompt_sets",
     domain="|".join(PREF_DOMAINS),
 
@@ -101,3 +114,22 @@ def teacher_inputs(wildcards):
     if config["models"][wildcards.model]["source"] == "pretrain":
         inputs["corpus"] = data_path("corpus", "stream.jsonl")
     return inputs
+
+
+def benchmark_inputs(wildcards):
+    """The data a benchmark reads: its problems file (code), or the held-out suites."""
+    spec = benchmark_settings(config, wildcards.benchmark)
+    kind = spec["kind"]
+    if kind in ("code", "throughput"):
+        return {"problems": data_path("benchmarks", f"{wildcards.benchmark}.jsonl")}
+    if kind == "math" or (kind == "harness" and spec["local"]):
+        return {"math": data_path("math", "eval.jsonl")}
+    if kind == "embeddings" and "docstring_retrieval" in spec["tasks"]:
+        return {"code": data_path("code", "eval.jsonl")}
+    if kind == "likelihood":
+        return {"code": data_path("code", "eval.jsonl"), "math": data_path("math", "eval.jsonl")}
+    return {}
+
+
+def eval_outputs():
+    return [eval_path(*job) for job in EVALS] + [eval_path(b, m, "teacher") for b, m in TEACHER_EVALS]

@@ -87,3 +87,20 @@ rule prompt_set:
         "../envs/ar2dlm.yaml"
     script:
         "../workflow_scripts/make_prompt_set.py"
+
+
+rule code_benchmark:
+    """A code benchmark's problems in one file: the held-out suite, the real HumanEval file, an
+    evalplus release (fetched here, once) or a local file; cut to the benchmark's limit."""
+    input:
+        lambda wc: [data_path("code", "eval.jsonl")] if config["eval"]["benchmarks"][wc.benchmark].get("source") == "suite" else [],
+    output:
+        data_path("benchmarks", "{benchmark}.jsonl"),
+    params:
+        spec=lambda wc: config["eval"]["benchmarks"][wc.benchmark],
+    log:
+        log_path("data/benchmark_{benchmark}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/code_benchmark.py"

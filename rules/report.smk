@@ -4,7 +4,7 @@
 rule run_summary:
     """Run summary: data sizes, teachers (provenance, held-out loss, pass@1)."""
     input:
-        evals=expand(eval_path("synthetic_code"), model=MODELS),
+        evals=expand(teacher_check_path(), model=MODELS),
         teachers=expand(teacher_dir(), model=MODELS),
         corpus=data_path("corpus", "manifest.json"),
         preferences=expand(data_path("preferences", "{domain}", "eval.jsonl"), domain=PREF_DOMAINS),

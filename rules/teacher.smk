@@ -28,12 +28,12 @@ rule eval_teacher_code:
         code_eval=data_path("code", "eval.jsonl"),
         math_eval=data_path("math", "eval.jsonl"),
     output:
-        eval_path("synthetic_code"),
+        teacher_check_path(),
     params:
         cfg=config["eval"]["teacher_code"],
     threads: 8
     log:
-        log_path("eval/synthetic_code_{model}_teacher"),
+        log_path("eval/teacher_check_{model}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:

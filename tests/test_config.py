@@ -18,12 +18,19 @@ def test_paper_dry_run_lists_every_model(dry_run):
     assert proc.returncode == 0, proc.stderr
     for model in ("qwen3_0_6b", "qwen3_1_7b", "qwen3_4b", "qwen3_8b"):
         assert f"results/models/{model}/teacher" in proc.stdout
-        assert f"results/eval/synthetic_code/{model}/teacher.json" in proc.stdout
+        assert f"results/eval/teacher_check/{model}.json" in proc.stdout
+        assert f"results/eval/humaneval_plus/{model}/teacher.json" in proc.stdout
     assert "results/data/preferences/helpful/train.jsonl" in proc.stdout
     assert "results/data/prompts/general.jsonl" in proc.stdout  # OPDLM's rollout prompts
     for job in ("qwen3_0_6b/ra/seed0", "qwen3_4b/ra/seed0", "qwen3_8b/opd/seed0", "qwen3_8b/ed/seed0",
                 "qwen3_4b/ed_long/seed0", "qwen3_0_6b/ra_freeze/seed0"):
         assert f"results/models/{job}/train.json" in proc.stdout
+    for ev in ("humaneval_plus/qwen3_0_6b/ra/seed0/step_200000", "mbpp_plus/qwen3_1_7b/mdlm/seed0/step_200000",
+               "humaneval_plus/qwen3_4b/scratch/seed0/step_10000",  # adaptation: every checkpoint
+               "aime24/qwen3_8b/opd/seed0/step_1000", "gpqa_diamond/qwen3_4b/ed_bidir/seed0/step_19000",
+               "mteb/qwen3_4b/ed_bidir/seed0/step_19000", "code_throughput/qwen3_8b/opd/seed0/step_1000"):
+        assert f"results/eval/{ev}.json" in proc.stdout
+    assert "results/data/benchmarks/mbpp_plus.jsonl" in proc.stdout
 
 
 def test_embedded_default_is_the_tiny_preset():
@@ -84,6 +91,15 @@ BAD_CONFIGS = [
     ({"data": {"prompt_sets": {"qs": {"path": "json", "split": "train", "prompt_field": "q", "n": 5}}},
       "runs": {"opd_off": {"distill": {"prompts": "qs"}}}}, "runs.opd_off.distill.on_policy", "no completion_field"),
     ({"bench": {"ratio_length": 24}}, "bench.ratio_length", "not one of bench.lengths"),
+    ({"studies": {"combinations": {"evals": ["vibes"]}}}, "studies.combinations.evals", "'vibes' is not a key of eval"),
+    ({"eval": {"benchmarks": {"synthetic_code": {"max_new_tokens": 12}}}}, "eval.benchmarks.synthetic_code.max_new_tokens",
+     "does not divide the generation length 12"),
+    ({"eval": {"benchmarks": {"arithmetic": {"limit": 17}}}}, "eval.benchmarks.arithmetic.limit", "larger than their source"),
+    ({"eval": {"benchmarks": {"synthetic_code_sampled": {"temperature": 0}}}},
+     "eval.benchmarks.synthetic_code_sampled.temperature", "need a temperature above 0"),
+    ({"eval": {"benchmarks": {"mine": {"kind": "code", "source": "path", "format": "evalplus", "dataset": "humaneval",
+                                       "style": "body", "max_new_tokens": 16, "parallel": 1, "limit": None,
+                                       "n_samples": 1, "temperature": 0}}}}, "eval.benchmarks.mine", "'path' is a required"),
 ]
 
 
@@ -119,7 +135,7 @@ def test_runs_compose_method_defaults_with_their_own_keys():
     assert combo["align"]["lambda"] == 1 and combo["align"]["metric"] == "cos"
     assert combo["distill"]["on_policy"] is True and combo["distill"]["rollout_length"] == 32
     long = resolve_run(cfg, "ed_long")
-    assert long["training"]["steps"] == 1200 and long["training"]["batch_size"] == cfg["training"]["batch_size"]
+    assert long["training"]["steps"] == 750 and long["training"]["batch_size"] == cfg["training"]["batch_size"]
     assert long["masking"] == "positional" and long["block_size"] == 8
 
 

@@ -3,6 +3,7 @@ sandbox around generated code, pass@k, maths answer extraction, embeddings throu
 
 import time
 
+import numpy as np
 import pytest
 
 from ar2dlm.data.code_suite import generate_code_suite
@@ -96,3 +97,104 @@ def test_sandbox_stops_hostile_code_and_changes_nothing(tmp_path, fmt):
     failed = [name for name in attempts if not scored["per_task"][f"Toy/{name}"][0]["base"]]
     assert failed == list(attempts)
     assert victim.read_text() == "keep me" and not written.exists()
+
+
+ARCH = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "max_position_embeddings": 256}
+
+
+@pytest.fixture(scope="module")
+def arith_teacher(smoke_tokenizer, tmp_path_factory):
+    """A small causal model trained on the worked answers of 40 arithmetic questions."""
+    from ar2dlm.data.math_suite import generate_math_suite
+    from ar2dlm.models import build_qwen3, save_model
+    from ar2dlm.teacher import ar_conventions
+    from ar2dlm.training.ar_pretrain import pack_documents, pretrain
+
+    tok, _ = smoke_tokenizer
+    _, items = generate_math_suite(10, 40, seed=3)
+    root = tmp_path_factory.mktemp("arith")
+    model = build_qwen3(dict(ARCH, init_seed=0), tok)
+    rows = pack_documents(items * 8, tok, 64, seed=0)
+    pretrain(model, rows, steps=150, batch_size=16, lr=3e-3, warmup_steps=10, weight_decay=0.0, grad_clip=1.0,
+             dtype="fp32", seed=0, log_path=root / "loss.csv", log_every=50)
+    save_model(model, tok, root / "ar", {**ar_conventions(tok), "method": "test"})
+    dlm = {**ar_conventions(tok), "attention": "block", "shift": False, "block_size": 4, "method": "test"}
+    save_model(model, tok, root / "dlm", dlm)
+    return root, items
+
+
+def test_harness_class_scores_a_local_multiple_choice_task(arith_teacher, tmp_path):
+    from ar2dlm.data.math_suite import choice_items
+    from ar2dlm.evaluation.harness import HarnessLM, evaluate_harness, local_task
+
+    root, items = arith_teacher
+    write_jsonl(tmp_path / "choice.jsonl", choice_items(items, seed=0))
+    task = local_task("arith_choice", tmp_path / "choice.jsonl")
+    ar = evaluate_harness(HarnessLM(str(root / "ar")), [task])["arith_choice"]
+    assert ar["acc"] > 0.6  # chance is 0.25: the teacher learned these answers
+    dlm = evaluate_harness(HarnessLM(str(root / "dlm"), elbo_samples=2), [task], limit=8)["arith_choice"]
+    assert dlm["sample_len"] == 8 and 0 <= dlm["acc"] <= 1  # the ELBO path runs on a block-attention model
+
+
+def test_harness_loglikelihood_is_the_exact_ar_log_prob(arith_teacher):
+    import torch
+    from lm_eval.api.instance import Instance
+
+    from ar2dlm.evaluation.harness import HarnessLM
+
+    root, items = arith_teacher
+    lm = HarnessLM(str(root / "ar"))
+    reqs = [Instance("loglikelihood", {}, (it["prompt"], it["completion"]), i) for i, it in enumerate(items[:3])]
+    scores = lm.loglikelihood(reqs)
+    for (score, _), it in zip(scores, items[:3]):
+        ctx = lm.tokenizer(it["prompt"], add_special_tokens=False)["input_ids"]
+        cont = lm.tokenizer(it["completion"], add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logp = torch.log_softmax(lm.model(input_ids=torch.tensor([ctx + cont])).logits[0].float(), -1)
+        direct = sum(logp[len(ctx) - 1 + j, t].item() for j, t in enumerate(cont))
+        assert score == pytest.approx(direct, abs=1e-3)
+    text = lm.generate_until([Instance("generate_until", {}, (items[0]["prompt"], {"until": ["."], "max_gen_toks": 24}), 0)])
+    assert "." not in text[0] and len(text[0]) > 0
+
+
+def test_maths_answer_extraction():
+    from ar2dlm.evaluation.maths import extract_answer
+
+    assert extract_answer(" 5 * 6 = 30. 30 * 3 = 90. The answer is 90.") == "90"
+    assert extract_answer("so \\boxed{\\frac{1}{2}} and 7") == "\\frac{1}{2}"
+    assert extract_answer("The answer is 1,024.0") == "1024"
+    assert extract_answer("x = -16. The answer is -16.") == "-16"
+    assert extract_answer("no number here") is None
+
+
+def test_maths_exact_match_scores_generated_answers(arith_teacher):
+    from ar2dlm.conventions import Conventions
+    from ar2dlm.evaluation.maths import evaluate_math, extract_answer
+    from ar2dlm.models import load_model
+
+    root, items = arith_teacher
+    model, tok, info = load_model(root / "ar")
+    res = evaluate_math(model, tok, Conventions.from_dict(info), items, {"max_new_tokens": 32, "batch_size": 16})
+    assert res["metrics"]["exact_match"] == sum(r["correct"] for r in res["samples"]) / 40
+    assert all(r["correct"] == (r["prediction"] == r["answer"]) for r in res["samples"])
+    assert all(r["prediction"] == extract_answer(r["raw"]) for r in res["samples"])
+
+
+def test_embeddings_run_through_mteb_bidirectional_for_dlms(arith_teacher):
+    from ar2dlm.conventions import Conventions
+    from ar2dlm.evaluation.embeddings import MeanPooledEncoder, docstring_retrieval_task, evaluate_embeddings
+    from ar2dlm.models import load_model
+
+    root, _ = arith_teacher
+    _, held = generate_code_suite(10, 20, 0.2, seed=0)
+    texts = ["def f(x):\n    return x", "a b c d e f"]
+    out = {}
+    for kind in ("ar", "dlm"):
+        model, tok, info = load_model(root / kind)
+        enc = MeanPooledEncoder(model, tok, Conventions.from_dict(info), kind)
+        out[kind] = enc.embed(texts)
+        scores = evaluate_embeddings(enc, [docstring_retrieval_task(held)])["ar2dlm-DocstringToFunction"]
+        assert 0 < scores["ndcg_at_10"] <= 1 and 0 <= scores["recall_at_1"] <= 1
+    assert out["ar"].shape == out["dlm"].shape == (2, ARCH["hidden_size"])
+    assert not np.allclose(out["ar"], out["dlm"])  # same weights, different attention

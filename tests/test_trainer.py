@@ -81,7 +81,8 @@ def test_frozen_parameters_stay_bitwise_unchanged(setup, tmp_path):
 
 
 def test_repr_align_with_lambda_zero_matches_mdlm(setup, tmp_path):
-    a = run_cfg("ra_l0", steps=4)
+    a = run_cfg("ra", steps=4)
+    a["align"]["lambda"] = 0.0
     b = run_cfg("mdlm", steps=4)
     train(setup, a, tmp_path / "a")
     train(setup, b, tmp_path / "b")

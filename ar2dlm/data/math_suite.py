@@ -44,3 +44,22 @@ def generate_math_suite(n_train: int, n_eval: int, seed: int):
         split = "train" if i < n_train else "eval"
         p["task_id"] = f"Arith/{split}/{i if split == 'train' else i - n_train}"
     return problems[:n_train], problems[n_train:]
+
+
+def choice_items(items: list[dict], n_choices: int = 4, seed: int = 0) -> list[dict]:
+    """Multiple-choice form of arithmetic items: the worked answer and ``n_choices - 1`` chains whose
+    final answer is wrong (another number replaces the answer wherever it appears), shuffled."""
+    import re
+
+    rng = random.Random(f"{seed}-choice")
+    out = []
+    for it in items:
+        answer = int(it["answer"])
+        wrong = rng.sample([answer + d for d in range(-12, 13) if d], n_choices - 1)
+        choices = [it["completion"]] + [re.sub(rf"(?<![\d-]){re.escape(it['answer'])}(?!\d)", str(w), it["completion"])
+                                         for w in wrong]
+        order = list(range(n_choices))
+        rng.shuffle(order)
+        out.append({"task_id": it["task_id"], "prompt": it["prompt"], "choices": [choices[i] for i in order],
+                    "label": order.index(0)})
+    return out

@@ -1,0 +1,125 @@
+"""lm-eval model class ``ar2dlm``: any model this pipeline writes, read with its conventions.
+
+- ``loglikelihood``: exact log-probs for AR models; the core ELBO estimator (a lower bound on
+  log p, Monte Carlo with fixed seeds) for DLMs. ``is_greedy`` is exact for AR models; a DLM has
+  no left-to-right greedy continuation, so it reports whether every continuation token is the
+  argmax when that token alone is masked (one forward per request).
+- ``loglikelihood_rolling``: the same, of the whole text after an end-of-text token.
+- ``generate_until``: the model's own sampler (AR generation or block decoding), cut at ``until``.
+
+Use from Python (``lm_eval.simple_evaluate(model=HarnessLM(path), tasks=[...])``) or, once this
+module is imported, ``lm_eval --model ar2dlm --model_args pretrained=<model dir>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import yaml
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from ..conventions import Conventions
+from ..likelihood import ar_scores, dlm_elbo
+from ..models import load_model
+from ..sampling import generate
+
+
+@register_model("ar2dlm")
+class HarnessLM(LM):
+    def __init__(self, pretrained: str, batch_size: int | str = 16, elbo_samples: int = 32, threshold: float = 0.9,
+                 block_size: int | None = None, max_gen_toks: int = 256, seed: int = 0, **kwargs):
+        super().__init__()
+        self.model, self.tokenizer, info = load_model(pretrained)
+        self.conv = Conventions.from_dict(info)
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16
+        self.elbo_samples, self.threshold, self.seed = int(elbo_samples), float(threshold), int(seed)
+        self.block_size = int(block_size) if block_size not in (None, "None") else None
+        self.max_gen_toks = int(max_gen_toks)
+        self.path = pretrained
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.path
+
+    def _encode(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        # lm-eval convention: trailing whitespace of the context belongs to the continuation
+        n = len(context) - len(context.rstrip())
+        context, continuation = context[: len(context) - n], context[len(context) - n:] + continuation
+        enc = lambda s: self.tokenizer(s, add_special_tokens=False)["input_ids"] if s else []  # noqa: E731
+        ctx = enc(context) or [self.conv.eos_token_id]
+        return ctx, enc(continuation)
+
+    def _score(self, pairs) -> list[tuple[float, bool]]:
+        if not self.conv.is_diffusion:
+            return ar_scores(self.model, pairs, self.conv.pad_token_id, self.batch_size)
+        elbos = dlm_elbo(self.model, self.conv, pairs, n_samples=self.elbo_samples, seed=self.seed,
+                         batch_size=self.batch_size)
+        return [(r["elbo"], self._dlm_greedy(p, c)) for r, (p, c) in zip(elbos, pairs)]
+
+    @torch.no_grad()
+    def _dlm_greedy(self, prompt: list[int], cont: list[int]) -> bool:
+        """Whether each continuation token is the argmax when it alone is masked (one row per token)."""
+        from ..diffusion import NoisedBatch, forward_aligned
+
+        n, dev = len(cont), self.model.device
+        clean = torch.tensor([prompt + cont] * n, device=dev)
+        rows, cols = torch.arange(n, device=dev), len(prompt) + torch.arange(n, device=dev)
+        masked = torch.zeros_like(clean, dtype=torch.bool)
+        masked[rows, cols] = True
+        noisy = clean.masked_fill(masked, self.conv.mask_token_id)
+        ones = torch.ones_like(clean)
+        batch = NoisedBatch(clean, noisy, masked, masked.float(), masked, ones,
+                            torch.full((n,), len(prompt), device=dev), ones.float())
+        logits, _ = forward_aligned(self.model, batch, self.conv)
+        return bool((logits[rows, cols].argmax(-1) == clean[rows, cols]).all())
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        return self._score([self._encode(*r.args) for r in requests])
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        pairs = [([self.conv.eos_token_id], self._encode("", r.args[0])[1]) for r in requests]
+        return [s for s, _ in self._score(pairs)]
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        out = []
+        for r in requests:
+            context, kwargs = r.args
+            until = kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else until
+            n = int(kwargs.get("max_gen_toks", self.max_gen_toks))
+            block = self.conv.block_size or self.block_size
+            if self.conv.is_diffusion and block:
+                n = -(-n // block) * block  # decode whole blocks
+            prompt = self._encode(context, "")[0]
+            temperature = float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample") else 0.0
+            ids, _ = generate(self.model, self.tokenizer, self.conv, [prompt], n, block_size=self.block_size,
+                              threshold=self.threshold, temperature=temperature, seed=self.seed, batch_size=1)
+            text = self.tokenizer.decode(ids[0])
+            for stop in until:
+                text = text.split(stop)[0]
+            out.append(text)
+        return out
+
+
+LOCAL_TASKS = Path(__file__).parent / "tasks"
+
+
+def local_task(name: str, data_file: str | Path) -> dict:
+    """A task config kept in this repo (``tasks/<name>.yaml``) pointed at a data file."""
+    cfg = yaml.safe_load((LOCAL_TASKS / f"{name}.yaml").read_text())
+    cfg["dataset_kwargs"]["data_files"]["test"] = str(Path(data_file).resolve())
+    return cfg
+
+
+def evaluate_harness(lm: HarnessLM, tasks: list, limit: int | None = None, num_fewshot: int | None = None,
+                     seed: int = 0) -> dict:
+    """Run lm-eval tasks (names or config dicts) on ``lm``; returns {task: {metric: value}}."""
+    from lm_eval import simple_evaluate
+
+    res = simple_evaluate(model=lm, tasks=tasks, limit=limit, num_fewshot=num_fewshot, log_samples=False,
+                          random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
+                          bootstrap_iters=0)
+    return {task: {k.split(",")[0]: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "alias"}
+            for task, metrics in res["results"].items()}

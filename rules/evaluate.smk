@@ -1,0 +1,40 @@
+# Evaluation stage: every (benchmark, model, run, seed, step) the studies need, and the AR teacher on
+# every benchmark a study uses. One script for all kinds; the model's conventions JSON says how to
+# decode it, so DPO'd and merged models go through the same rules.
+
+
+rule evaluate_checkpoint:
+    """One conversion checkpoint on one benchmark."""
+    input:
+        unpack(benchmark_inputs),
+        manifest=conversion_manifest(),
+    output:
+        eval_path(),
+    params:
+        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+    threads: 1
+    log:
+        log_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/evaluate.py"
+
+
+rule evaluate_teacher:
+    """The AR teacher on one benchmark, under the same harness."""
+    input:
+        unpack(benchmark_inputs),
+        model=teacher_dir(),
+    output:
+        eval_path(run="teacher"),
+    params:
+        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+        seed=config["seed"],
+    threads: 1
+    log:
+        log_path("eval/{benchmark}_{model}_teacher"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/evaluate.py"
