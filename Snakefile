@@ -19,7 +19,7 @@ include: "rules/report.smk"
 include: "rules/bench.smk"
 
 
-localrules: all_tables, all_models, all_evals, bench
+localrules: all_tables, all_models, all_evals, bench, eval_summary
 
 
 rule all_models:
@@ -40,7 +40,8 @@ rule all_tables:
         f"{RESULTS}/summary.md",
         f"{RESULTS}/summary.json",
         rules.all_models.input,
-        rules.all_evals.input,
+        f"{RESULTS}/eval/summary.csv",
+        f"{RESULTS}/eval/summary.md",
 
 
 rule bench:

@@ -55,3 +55,40 @@ def run_summary(preset: str, models: list[str], eval_paths: list[str], teacher_d
         "",
     ]
     return "\n".join(md), summary
+
+
+def eval_rows(paths: list[str]) -> pd.DataFrame:
+    """Every scalar metric of every evaluation JSON in long form (benchmark, model, run, seed, step,
+    metric, value), with the AR teacher's value for the same benchmark and metric beside it.
+    Throughput curves (one row per threshold and block) are kept in their JSONs, not here."""
+    rows = []
+    for path in paths:
+        p = Path(path)
+        parts = p.parts[p.parts.index("eval") + 1:]
+        if parts[-1] == "teacher.json":
+            bench, model, run, seed, step = parts[0], parts[1], "teacher", None, None
+        else:
+            bench, model, run, seed, step = parts[0], parts[1], parts[2], int(parts[3][4:]), int(p.stem[5:])
+        for metric, value in read_json(path)["metrics"].items():
+            if metric != "sample_len":
+                rows.append({"benchmark": bench, "model": model, "run": run, "seed": seed, "step": step,
+                             "metric": metric, "value": float(value)})
+    df = pd.DataFrame(rows, columns=["benchmark", "model", "run", "seed", "step", "metric", "value"])
+    teacher = df[df.run == "teacher"][["benchmark", "model", "metric", "value"]].rename(columns={"value": "teacher"})
+    return df.merge(teacher, on=["benchmark", "model", "metric"], how="left")
+
+
+def eval_summary(preset: str, paths: list[str]) -> tuple[str, pd.DataFrame]:
+    """Mean and spread over seeds of every metric at each run's evaluated steps, teacher beside."""
+    df = eval_rows(paths)
+    conv = df[df.run != "teacher"]
+    agg = (conv.groupby(["benchmark", "model", "run", "step", "metric"])
+           .agg(mean=("value", "mean"), std=("value", "std"), seeds=("seed", "nunique"), teacher=("teacher", "first"))
+           .reset_index())
+    agg["std"] = agg["std"].fillna(0.0)
+    md = [f"# Evaluations (preset: {preset})", "",
+          "Every metric of every evaluated checkpoint: mean and standard deviation over seeds, the AR teacher's "
+          "value under the same harness beside it. Measured at this preset's scale; none is a paper number.", ""]
+    for bench, part in agg.groupby("benchmark"):
+        md += [f"## {bench}", "", part.drop(columns="benchmark").round(4).to_markdown(index=False), ""]
+    return "\n".join(md), df

@@ -20,3 +20,20 @@ rule run_summary:
         "../envs/ar2dlm.yaml"
     script:
         "../workflow_scripts/run_summary.py"
+
+
+rule eval_summary:
+    """Every evaluation the studies asked for, one table (long CSV, Markdown by benchmark)."""
+    input:
+        eval_outputs(),
+    output:
+        csv=f"{RESULTS}/eval/summary.csv",
+        markdown=f"{RESULTS}/eval/summary.md",
+    params:
+        preset=config["preset"],
+    log:
+        log_path("report/eval_summary"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/eval_summary.py"

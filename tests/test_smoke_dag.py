@@ -28,7 +28,7 @@ def test_every_artifact_exists_and_is_non_empty(smoke_run):
         "models/tiny/teacher/ar2dlm.json", "logs/teacher/tiny_loss.csv", "eval/teacher_check/tiny.json",
         "models/tiny/opd_ra/seed0/train.json", "models/tiny/ed/seed0/step_4/model.safetensors",
         "models/tiny/ed/seed0/step_4/ar2dlm.json", "models/tiny/ed/seed0/log.jsonl",
-        "summary.md", "summary.json",
+        "summary.md", "summary.json", "eval/summary.csv", "eval/summary.md",
     ]
     for rel in expected:
         assert (results / rel).is_file() and (results / rel).stat().st_size > 0, rel
