@@ -15,11 +15,12 @@ include: "rules/data.smk"
 include: "rules/teacher.smk"
 include: "rules/convert.smk"
 include: "rules/evaluate.smk"
+include: "rules/armap.smk"
 include: "rules/report.smk"
 include: "rules/bench.smk"
 
 
-localrules: all_tables, all_models, all_evals, bench, eval_summary
+localrules: all_tables, all_models, all_evals, all_armap, bench, eval_summary
 
 
 rule all_models:
@@ -34,6 +35,12 @@ rule all_evals:
         eval_outputs(),
 
 
+rule all_armap:
+    """AR-MAP: DPO'd teachers, spectra, gamma searches, DLM DPO baselines and their evaluations."""
+    input:
+        armap_outputs(),
+
+
 rule all_tables:
     """Everything the chosen preset produces so far: the run summary and every conversion run."""
     input:
@@ -42,6 +49,7 @@ rule all_tables:
         rules.all_models.input,
         f"{RESULTS}/eval/summary.csv",
         f"{RESULTS}/eval/summary.md",
+        rules.all_armap.input,
 
 
 rule bench:

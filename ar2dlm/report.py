@@ -58,22 +58,24 @@ def run_summary(preset: str, models: list[str], eval_paths: list[str], teacher_d
 
 
 def eval_rows(paths: list[str]) -> pd.DataFrame:
-    """Every scalar metric of every evaluation JSON in long form (benchmark, model, run, seed, step,
-    metric, value), with the AR teacher's value for the same benchmark and metric beside it.
-    Throughput curves (one row per threshold and block) are kept in their JSONs, not here."""
+    """Every scalar metric of every evaluation JSON in long form (benchmark, model, run, seed,
+    variant, metric, value), with the AR teacher's value for the same benchmark and metric beside
+    it. ``variant`` is the checkpoint (``step_<k>``) or a model derived from it (``armap_<domain>_<merge>``,
+    ``dlm_dpo_<domain>``); the teacher and its DPO'd versions are runs ``teacher`` and
+    ``teacher_dpo_<domain>``. Throughput curves (one row per threshold and block) stay in their JSONs."""
     rows = []
     for path in paths:
         p = Path(path)
         parts = p.parts[p.parts.index("eval") + 1:]
-        if parts[-1] == "teacher.json":
-            bench, model, run, seed, step = parts[0], parts[1], "teacher", None, None
+        if len(parts) == 3:  # {benchmark}/{model}/teacher[_dpo_<domain>].json
+            bench, model, run, seed, variant = parts[0], parts[1], p.stem, None, None
         else:
-            bench, model, run, seed, step = parts[0], parts[1], parts[2], int(parts[3][4:]), int(p.stem[5:])
+            bench, model, run, seed, variant = parts[0], parts[1], parts[2], int(parts[3][4:]), p.stem
         for metric, value in read_json(path)["metrics"].items():
             if metric != "sample_len":
-                rows.append({"benchmark": bench, "model": model, "run": run, "seed": seed, "step": step,
+                rows.append({"benchmark": bench, "model": model, "run": run, "seed": seed, "variant": variant,
                              "metric": metric, "value": float(value)})
-    df = pd.DataFrame(rows, columns=["benchmark", "model", "run", "seed", "step", "metric", "value"])
+    df = pd.DataFrame(rows, columns=["benchmark", "model", "run", "seed", "variant", "metric", "value"])
     teacher = df[df.run == "teacher"][["benchmark", "model", "metric", "value"]].rename(columns={"value": "teacher"})
     return df.merge(teacher, on=["benchmark", "model", "metric"], how="left")
 
@@ -81,14 +83,18 @@ def eval_rows(paths: list[str]) -> pd.DataFrame:
 def eval_summary(preset: str, paths: list[str]) -> tuple[str, pd.DataFrame]:
     """Mean and spread over seeds of every metric at each run's evaluated steps, teacher beside."""
     df = eval_rows(paths)
-    conv = df[df.run != "teacher"]
-    agg = (conv.groupby(["benchmark", "model", "run", "step", "metric"])
+    conv = df[~df.run.str.startswith("teacher")]
+    agg = (conv.groupby(["benchmark", "model", "run", "variant", "metric"])
            .agg(mean=("value", "mean"), std=("value", "std"), seeds=("seed", "nunique"), teacher=("teacher", "first"))
            .reset_index())
     agg["std"] = agg["std"].fillna(0.0)
     md = [f"# Evaluations (preset: {preset})", "",
-          "Every metric of every evaluated checkpoint: mean and standard deviation over seeds, the AR teacher's "
-          "value under the same harness beside it. Measured at this preset's scale; none is a paper number.", ""]
+          "Every metric of every evaluated model: mean and standard deviation over seeds, the AR teacher's value "
+          "under the same harness beside it (its DPO'd versions are listed under their own names). Measured at this "
+          "preset's scale; none is a paper number.", ""]
+    teachers = df[df.run.str.startswith("teacher")]
     for bench, part in agg.groupby("benchmark"):
         md += [f"## {bench}", "", part.drop(columns="benchmark").round(4).to_markdown(index=False), ""]
+        t = teachers[teachers.benchmark == bench][["model", "run", "metric", "value"]]
+        md += [t.round(4).to_markdown(index=False), ""]
     return "\n".join(md), df

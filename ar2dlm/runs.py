@@ -108,6 +108,7 @@ def check_runs(config: dict) -> None:
             if m not in models:
                 raise ConfigError(f"studies.{study}.models", f"{m!r} is not a key of models")
     check_evals(config)
+    check_armap(config)
 
 
 DECODED_KINDS = ("code", "math", "throughput")
@@ -178,3 +179,62 @@ def eval_jobs(config: dict) -> tuple[list[tuple], list[tuple]]:
                                for s in spec.get("seeds", run["seeds"]) for k in steps)
             teachers.update((e, m) for e in spec["evals"] for m in models)
     return sorted(conversions), sorted(teachers)
+
+
+def armap_domains(config: dict) -> list[str]:
+    """Preference domains of AR-MAP's DPO: each searched domain, and all of them together."""
+    return list(config["armap"]["domains"]) + ["all"]
+
+
+def check_armap(config: dict) -> None:
+    a, prefs = config["armap"], config["data"]["preferences"]
+    for r in a["runs"]:
+        if r not in config["runs"]:
+            raise ConfigError("armap.runs", f"{r!r} is not a key of runs")
+        if resolve_run(config, r)["attention"] == "causal":
+            raise ConfigError("armap.runs", f"{r!r} trains a causal model; AR-MAP transfers to DLMs")
+    for d in a["domains"]:
+        if d not in prefs["domains"]:
+            raise ConfigError("armap.domains", f"{d!r} is not a key of data.preferences.domains "
+                              f"({', '.join(prefs['domains'])})")
+    for d, benches in a["evals"].items():
+        if d not in armap_domains(config):
+            raise ConfigError("armap.evals", f"{d!r} is neither one of armap.domains nor 'all'")
+        for b in benches:
+            if b not in config["eval"]["benchmarks"]:
+                raise ConfigError(f"armap.evals.{d}", f"{b!r} is not a key of eval.benchmarks")
+    for m in a["eval_merges"]:
+        if m not in a["merges"]:
+            raise ConfigError("armap.eval_merges", f"{m!r} is not a key of armap.merges")
+    for part in ("dpo", "gamma", "dlm_dpo"):
+        n = a[part]["eval_pairs"]
+        for d in a["domains"]:
+            have = prefs["domains"][d].get("n_eval", prefs["n_eval"])
+            if n is not None and n > have:
+                raise ConfigError(f"armap.{part}.eval_pairs", f"{n} pairs asked, larger than the {have} held-out "
+                                  f"{d} pairs (data.preferences)")
+
+
+def armap_jobs(config: dict) -> dict:
+    """AR-MAP's outputs: DPO'd teachers, and per DLM (model, run, seed) and domain the spectra,
+    gamma searches (one per merge), DLM DPO baselines, and the evaluations of the models they write."""
+    a = config["armap"]
+    dlms = [(m, r, s) for r in a["runs"] for m in resolve_run(config, r)["models"] for s in a["seeds"]]
+    models = sorted({m for m, _, _ in dlms})
+    doms = armap_domains(config)
+    jobs = {
+        "dpo": [(m, d) for m in models for d in doms],
+        "spectra": [(m, r, s, d) for m, r, s in dlms for d in a["domains"]],
+        "search": [(m, r, s, d, g) for m, r, s in dlms for d in a["domains"] for g in a["merges"]],
+        "dlm_dpo": [(m, r, s, d) for m, r, s in dlms for d in a["domains"]],
+        "dlms": dlms,
+    }
+    evals = []
+    for d, benches in a["evals"].items():
+        for b in benches:
+            evals += [(b, m, "teacher_dpo_" + d) for m in models]
+            if d in a["domains"]:
+                evals += [(b, m, r, s, f"armap_{d}_{g}") for m, r, s in dlms for g in a["eval_merges"]]
+                evals += [(b, m, r, s, f"dlm_dpo_{d}") for m, r, s in dlms]
+    jobs["evals"] = evals
+    return jobs

@@ -7,7 +7,7 @@ from snakemake.utils import min_version, validate
 
 from ar2dlm.config import ConfigError, check_config, describe_schema_error, merge_preset
 from ar2dlm.evaluation.suite import benchmark_settings
-from ar2dlm.runs import conversion_jobs, eval_jobs, resolve_run
+from ar2dlm.runs import armap_domains, armap_jobs, conversion_jobs, eval_jobs, resolve_run
 
 min_version("9.0")
 
@@ -29,6 +29,7 @@ RUNS = list(config["runs"])
 CONVERSIONS = conversion_jobs(config)  # (model, run, seed) of every run of the grid
 EVALS, TEACHER_EVALS = eval_jobs(config)  # what the studies evaluate
 BENCHMARKS = list(config["eval"]["benchmarks"])
+ARMAP = armap_jobs(config)  # AR-MAP's DPO, spectra, gamma searches, baselines and their evaluations
 PREF_DOMAINS = list(config["data"]["preferences"]["domains"])
 
 

@@ -26,6 +26,7 @@ rule eval_summary:
     """Every evaluation the studies asked for, one table (long CSV, Markdown by benchmark)."""
     input:
         eval_outputs(),
+        [p for p in armap_outputs() if "/eval/" in p],
     output:
         csv=f"{RESULTS}/eval/summary.csv",
         markdown=f"{RESULTS}/eval/summary.md",

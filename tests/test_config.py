@@ -97,6 +97,8 @@ BAD_CONFIGS = [
     ({"eval": {"benchmarks": {"arithmetic": {"limit": 17}}}}, "eval.benchmarks.arithmetic.limit", "larger than their source"),
     ({"eval": {"benchmarks": {"synthetic_code_sampled": {"temperature": 0}}}},
      "eval.benchmarks.synthetic_code_sampled.temperature", "need a temperature above 0"),
+    ({"armap": {"domains": ["poetry"]}}, "armap.domains", "'poetry' is not a key of data.preferences.domains"),
+    ({"armap": {"merges": {"ties": {"density": 1.5}}}}, "armap.merges.ties.density", "maximum"),
     ({"eval": {"benchmarks": {"mine": {"kind": "code", "source": "path", "format": "evalplus", "dataset": "humaneval",
                                        "style": "body", "max_new_tokens": 16, "parallel": 1, "limit": None,
                                        "n_samples": 1, "temperature": 0}}}}, "eval.benchmarks.mine", "'path' is a required"),

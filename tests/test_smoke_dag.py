@@ -76,6 +76,23 @@ def test_every_study_evaluation_is_written(smoke_run):
     assert all(r["metrics"]["nll_per_token_code"] > 0 for r in kinds["likelihood"])
 
 
+def test_armap_outputs(smoke_run):
+    results = smoke_run / "results"
+    for domain in ("code", "math"):
+        base = results / "armap" / "tiny" / "mdlm" / "seed0" / domain
+        assert (base / "shadowing.pdf").stat().st_size > 0 and (base / "shadowing.png").stat().st_size > 0
+        for merge in ("task_arithmetic", "ties", "dare"):
+            curve = json.loads((base / merge / "gamma.json").read_text())
+            assert [r["gamma"] for r in curve["curve"]] == [0, 1, 2] and curve["curve"][0]["reward_accuracy"] == 0
+    for domain in ("code", "math", "all"):
+        dpo = json.loads((results / "models" / "tiny" / "teacher_dpo" / domain / "ar2dlm.json").read_text())
+        assert dpo["method"] == "ar_dpo" and 0 <= dpo["reward_accuracy"] <= 1
+    merged = json.loads((results / "models/tiny/mdlm/seed0/armap/code_task_arithmetic/ar2dlm.json").read_text())
+    assert merged["attention"] == "bidirectional" and merged["gamma"] in (0, 1, 2)
+    assert (results / "eval/synthetic_code/tiny/mdlm/seed0/dlm_dpo_code.json").is_file()
+    assert (results / "eval/arithmetic/tiny/teacher_dpo_all.json").is_file()
+
+
 def test_second_run_has_nothing_to_do(smoke_run):
     proc = run_snakemake(["-n", "all_tables", "--configfile", SMOKE], smoke_run)
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr

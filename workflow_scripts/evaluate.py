@@ -9,8 +9,9 @@ if "manifest" in inp.keys():
     model_dir, seed = Path(inp.manifest).parent / f"step_{wc.step}", int(wc.seed)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"no checkpoint {model_dir} (the run writes every training.checkpoint_every steps)")
-else:
-    model_dir, seed = Path(inp.model), snakemake.params.seed
+else:  # a teacher, DPO'd or merged model folder
+    model_dir = Path(inp.model)
+    seed = int(wc.seed) if "seed" in wc.keys() else snakemake.params.seed
 data = {k: v for k, v in inp.items() if k not in ("manifest", "model")}
 result = run_benchmark(wc.benchmark, snakemake.params.spec, model_dir, data, seed=seed)
 samples = result.pop("samples", None)

@@ -1,0 +1,178 @@
+# AR-MAP stage: DPO on the AR teacher (TRL), the preference and diffusion task vectors' spectra,
+# the reward-guided gamma search per domain and merge, and the direct DLM DPO baseline. The models
+# it writes carry their conventions JSON and go through the evaluation rules like any other.
+
+
+def armap_dir(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}"):
+    return f"{RESULTS}/armap/{model}/{run}/seed{seed}/{pdomain}"
+
+
+def teacher_dpo_dir(model="{model}", pdomain="{pdomain}"):
+    return f"{RESULTS}/models/{model}/teacher_dpo/{pdomain}"
+
+
+def derived_dir(kind, model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}", merge="{merge}"):
+    """A model AR-MAP derives from the conversion DLM (model, run, seed)."""
+    leaf = f"armap/{pdomain}_{merge}" if kind == "armap" else f"dlm_dpo/{pdomain}"
+    return f"{conversion_dir(model, run, seed)}/{leaf}"
+
+
+def preference_files(split):
+    """The preference pairs of a domain, or of every searched domain for 'all'."""
+    def inputs(wildcards):
+        doms = config["armap"]["domains"] if wildcards.pdomain == "all" else [wildcards.pdomain]
+        return [data_path("preferences", d, f"{split}.jsonl") for d in doms]
+    return inputs
+
+
+wildcard_constraints:
+    pdomain="|".join(armap_domains(config)),
+    merge="|".join(config["armap"]["merges"]),
+
+
+rule dpo_teacher:
+    """DPO of the AR teacher on one preference domain, or on all of them together (TRL)."""
+    input:
+        model=teacher_dir(),
+        train=preference_files("train"),
+        eval=preference_files("eval"),
+    output:
+        directory(teacher_dpo_dir()),
+    params:
+        cfg=config["armap"]["dpo"],
+        seed=config["seed"],
+    threads: 1
+    log:
+        log_path("armap/dpo_teacher_{model}_{pdomain}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/dpo_teacher.py"
+
+
+rule armap_spectra:
+    """Singular-value statistics of tau_pref and tau_diffusion per matrix, and the shadowing figure."""
+    input:
+        teacher=teacher_dir(),
+        dpo=teacher_dpo_dir(),
+        manifest=conversion_manifest(),
+    output:
+        csv=f"{armap_dir()}/spectra.csv",
+        pdf=f"{armap_dir()}/shadowing.pdf",
+        png=f"{armap_dir()}/shadowing.png",
+    threads: 1
+    log:
+        log_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/armap_spectra.py"
+
+
+rule gamma_search:
+    """Batch reward accuracy against gamma on held-out pairs; the merge at gamma_hat as a DLM folder."""
+    input:
+        teacher=teacher_dir(),
+        dpo=teacher_dpo_dir(),
+        manifest=conversion_manifest(),
+        eval=preference_files("eval"),
+    output:
+        curve=f"{armap_dir()}/{{merge}}/gamma.json",
+        model=directory(derived_dir("armap")),
+    params:
+        cfg={k: config["armap"][k] for k in ("gamma", "merges")},
+    threads: 1
+    log:
+        log_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/gamma_search.py"
+
+
+rule dlm_dpo:
+    """The baseline: DPO directly on the DLM with ELBO log-likelihoods, same pairs and steps."""
+    input:
+        manifest=conversion_manifest(),
+        train=preference_files("train"),
+        eval=preference_files("eval"),
+    output:
+        directory(derived_dir("dlm_dpo")),
+    params:
+        cfg=config["armap"]["dlm_dpo"],
+    threads: 1
+    log:
+        log_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/dlm_dpo.py"
+
+
+rule evaluate_armap_model:
+    """A merged model at gamma_hat on one benchmark."""
+    input:
+        unpack(benchmark_inputs),
+        model=derived_dir("armap"),
+    output:
+        f"{RESULTS}/eval/{{benchmark}}/{{model}}/{{run}}/seed{{seed}}/armap_{{pdomain}}_{{merge}}.json",
+    params:
+        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+    threads: 1
+    log:
+        log_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/evaluate.py"
+
+
+rule evaluate_dlm_dpo:
+    """A DPO'd DLM on one benchmark."""
+    input:
+        unpack(benchmark_inputs),
+        model=derived_dir("dlm_dpo"),
+    output:
+        f"{RESULTS}/eval/{{benchmark}}/{{model}}/{{run}}/seed{{seed}}/dlm_dpo_{{pdomain}}.json",
+    params:
+        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+    threads: 1
+    log:
+        log_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/evaluate.py"
+
+
+rule evaluate_teacher_dpo:
+    """A DPO'd AR teacher on one benchmark."""
+    input:
+        unpack(benchmark_inputs),
+        model=teacher_dpo_dir(),
+    output:
+        f"{RESULTS}/eval/{{benchmark}}/{{model}}/teacher_dpo_{{pdomain}}.json",
+    params:
+        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+        seed=config["seed"],
+    threads: 1
+    log:
+        log_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/evaluate.py"
+
+
+def armap_outputs():
+    j = ARMAP
+    out = [teacher_dpo_dir(m, d) for m, d in j["dpo"]]
+    out += [f"{armap_dir(m, r, s, d)}/spectra.csv" for m, r, s, d in j["spectra"]]
+    out += [f"{armap_dir(m, r, s, d)}/{g}/gamma.json" for m, r, s, d, g in j["search"]]
+    out += [derived_dir("dlm_dpo", m, r, s, d) for m, r, s, d in j["dlm_dpo"]]
+    for e in j["evals"]:
+        if len(e) == 3:
+            out.append(f"{RESULTS}/eval/{e[0]}/{e[1]}/{e[2]}.json")
+        else:
+            out.append(f"{RESULTS}/eval/{e[0]}/{e[1]}/{e[2]}/seed{e[3]}/{e[4]}.json")
+    return out

@@ -1,0 +1,150 @@
+"""AR-MAP: merges over state dicts, spectra, the gamma search with common random numbers, DPO."""
+
+import pytest
+import torch
+
+from ar2dlm.armap.merge import add_scaled, dare, task_vector, ties, trim
+from ar2dlm.armap.spectra import matrix_stats, spectra_table
+from ar2dlm.conventions import Conventions
+from ar2dlm.models import build_qwen3, load_model, save_model
+from ar2dlm.teacher import ar_conventions
+
+ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "max_position_embeddings": 256}
+
+
+def _sd(seed, shape=(16, 24)):
+    g = torch.Generator().manual_seed(seed)
+    return {"a.weight": torch.randn(shape, generator=g), "b.bias": torch.randn(shape[0], generator=g),
+            "step": torch.tensor(3)}
+
+
+def test_task_vector_of_identical_models_is_zero_and_gamma_zero_is_the_base():
+    base = _sd(0)
+    tau = task_vector(base, base)
+    assert set(tau) == {"a.weight", "b.bias"} and all(torch.count_nonzero(t) == 0 for t in tau.values())
+    other = task_vector(_sd(1), base)
+    merged = add_scaled(base, other, 0.0)
+    assert all(merged[k] is base[k] for k in base)  # bitwise: the very tensors
+    assert torch.allclose(add_scaled(base, other, 1.0)["a.weight"], _sd(1)["a.weight"], atol=1e-6)
+    with pytest.raises(ValueError, match="shape"):
+        task_vector(_sd(0, (8, 24)), base)
+
+
+@pytest.mark.parametrize("density", [0.05, 0.2, 0.5, 1.0])
+def test_ties_keeps_the_requested_density(density):
+    tau = task_vector(_sd(1), _sd(0))
+    merged = ties([tau], density)
+    for k, t in merged.items():
+        assert torch.count_nonzero(t) == max(1, round(density * t.numel()))
+        kept = t != 0  # the largest magnitudes survive, unchanged
+        assert torch.equal(t[kept], tau[k][kept])
+        if not kept.all():
+            assert tau[k][kept].abs().min() >= tau[k][~kept].abs().max()
+
+
+def test_ties_elects_signs_and_averages_agreeing_entries():
+    a = {"w": torch.tensor([1.0, -2.0, 3.0, 0.5])}
+    b = {"w": torch.tensor([3.0, 1.0, -1.0, 0.5])}
+    merged = ties([a, b], 1.0)["w"]
+    # entry 0: both +, mean 2; entry 1: sum -1 -> sign -, only a agrees: -2; entry 2: sum 2 -> +, only a: 3
+    assert torch.allclose(merged, torch.tensor([2.0, -2.0, 3.0, 0.5]))
+    assert torch.count_nonzero(trim(a, 0.5)["w"]) == 2
+
+
+def test_dare_is_unbiased():
+    tau = task_vector(_sd(1), _sd(0))
+    draws = torch.stack([dare(tau, 0.7, seed=s)["a.weight"] for s in range(2000)])
+    dropped = (draws[0] == 0).float().mean()
+    assert abs(float(dropped) - 0.7) < 0.05
+    err = (draws.mean(0) - tau["a.weight"]).abs() / tau["a.weight"].abs().clamp(min=0.2)
+    assert float(err.mean()) < 0.05  # sampling error of a mean over 2000 draws
+    with pytest.raises(ValueError):
+        dare(tau, 1.0)
+
+
+def test_matrix_stats_of_known_spectra():
+    u, v = torch.randn(20, 1), torch.randn(1, 12)
+    rank1 = matrix_stats(u @ v)
+    assert rank1["effective_rank"] == pytest.approx(1.0, abs=1e-3) and rank1["top8_energy"] == pytest.approx(1.0)
+    assert rank1["spectral_norm"] == pytest.approx(rank1["frobenius_norm"], rel=1e-4)
+    eye = matrix_stats(torch.eye(10))
+    assert eye["effective_rank"] == pytest.approx(10.0, rel=1e-4) and eye["top8_energy"] == pytest.approx(0.8)
+    table = spectra_table({"model.layers.1.mlp.up_proj.weight": torch.eye(4)},
+                          {"model.layers.1.mlp.up_proj.weight": 3 * torch.eye(4)})
+    row = table.iloc[0]
+    assert row["layer"] == 1 and row["module"] == "up_proj" and row["module_type"] == "mlp"
+    assert row["shadowing_ratio"] == pytest.approx(3.0)
+
+
+@pytest.fixture(scope="module")
+def models(smoke_tokenizer, tmp_path_factory):
+    """An AR teacher, its 'DPO' version (perturbed weights) and a block-attention DLM."""
+    tok, _ = smoke_tokenizer
+    root = tmp_path_factory.mktemp("armap")
+    ar = build_qwen3(dict(ARCH, init_seed=0), tok)
+    save_model(ar, tok, root / "ar", {**ar_conventions(tok), "method": "test"})
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in ar.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    save_model(ar, tok, root / "dpo", {**ar_conventions(tok), "method": "test"})
+    dlm = build_qwen3(dict(ARCH, init_seed=2), tok)
+    save_model(dlm, tok, root / "dlm", {**ar_conventions(tok), "attention": "block", "shift": False, "block_size": 4,
+                                        "method": "test"})
+    return root
+
+
+def _pairs(n):
+    from ar2dlm.data.math_suite import generate_math_suite
+    from ar2dlm.data.preferences import make_preferences
+
+    _, held = generate_math_suite(5, 40, seed=0)
+    return make_preferences("math", held, n, seed=0, split="eval")
+
+
+def test_gamma_search_uses_common_random_numbers_and_writes_a_decodable_dlm(models, tmp_path):
+    from ar2dlm.armap.pipeline import search
+    from ar2dlm.provenance import read_json
+    from ar2dlm.sampling import generate
+
+    cfg = {"grid": [0, 1, 3], "beta": 0.1, "elbo_samples": 2, "merges": {"task_arithmetic": {}}}
+    rows = _pairs(12)
+    a = search(models / "ar", models / "dpo", models / "dlm", rows, cfg, "task_arithmetic", tmp_path / "a.json",
+               tmp_path / "merged", seed=0)
+    b = search(models / "ar", models / "dpo", models / "dlm", rows, cfg, "task_arithmetic", tmp_path / "b.json",
+               tmp_path / "merged_b", seed=0)
+    # gamma 0 is the reference itself: with shared masks every margin is exactly zero
+    assert a["curve"][0]["reward_accuracy"] == 0.0
+    assert [r["reward_accuracy"] for r in a["curve"]] == [r["reward_accuracy"] for r in b["curve"]]
+    assert read_json(tmp_path / "a.json")["gamma_hat"] == a["gamma_hat"] in cfg["grid"]
+    model, tok, info = load_model(tmp_path / "merged")
+    assert info["attention"] == "block" and info["gamma"] == a["gamma_hat"] and info["method"] == "armap_task_arithmetic"
+    expected = add_scaled(load_model(models / "dlm")[0].state_dict(),
+                          task_vector(load_model(models / "dpo")[0].state_dict(), load_model(models / "ar")[0].state_dict()),
+                          a["gamma_hat"])
+    assert all(torch.allclose(model.state_dict()[k], expected[k], atol=1e-6) for k in expected)
+    outs, stats = generate(model, tok, Conventions.from_dict(info), [tok("Question:")["input_ids"]], 8)
+    assert stats["decoder"] == "dlm" and stats["block_size"] == 4
+
+
+def test_ar_dpo_with_trl_raises_held_out_reward_accuracy(models, tmp_path):
+    from ar2dlm.armap.dpo import train_ar_dpo
+
+    rows = _pairs(40)
+    cfg = {"beta": 0.1, "steps": 30, "lr": 3e-3, "batch_size": 8, "max_length": 128}
+    info = train_ar_dpo(models / "ar", rows[:32], rows[32:], tmp_path / "dpo", cfg, seed=0, domains=["math"])
+    assert info["reward_accuracy_before"] == 0.0 and info["reward_accuracy"] > 0.5
+    assert load_model(tmp_path / "dpo")[2]["method"] == "ar_dpo"
+
+
+def test_dlm_dpo_learns_its_training_pairs(models, tmp_path):
+    from ar2dlm.armap.dpo import train_dlm_dpo
+
+    rows = _pairs(16)
+    cfg = {"beta": 0.5, "steps": 30, "lr": 3e-3, "batch_size": 8, "max_length": 128, "elbo_samples": 2,
+           "eval_elbo_samples": 4}
+    info = train_dlm_dpo(models / "dlm", rows, rows, tmp_path / "dpo", cfg, seed=0, domains=["math"])
+    assert info["reward_accuracy_before"] == 0.0 and info["reward_accuracy"] > 0.6
+    first, last = info["log"][0]["loss"], info["log"][-1]["loss"]
+    assert last < first

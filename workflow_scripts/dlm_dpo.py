@@ -1,0 +1,10 @@
+from ar2dlm.armap.dpo import train_dlm_dpo
+from ar2dlm.armap.pipeline import preference_rows
+from ar2dlm.provenance import log_to, read_json
+
+log_to(snakemake.log[0], snakemake.threads)
+cfg, inp, wc = snakemake.params.cfg, snakemake.input, snakemake.wildcards
+dlm = f"{inp.manifest.rsplit('/', 1)[0]}/step_{read_json(inp.manifest)['steps']}"
+domains = [str(p).split("/")[-2] for p in inp.train]
+train_dlm_dpo(dlm, preference_rows(inp.train, cfg["train_pairs"]), preference_rows(inp.eval, cfg["eval_pairs"]),
+              snakemake.output[0], cfg, int(wc.seed), domains)
