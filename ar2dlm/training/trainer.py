@@ -44,11 +44,12 @@ def checkpoint_steps(out_dir: Path) -> list[int]:
 
 def keep_matching_checkpoints(out_dir: Path, settings: dict) -> None:
     """Checkpoints resume only a run with the same settings. Those of other settings (a changed
-    config) are moved to ``superseded/<time>/``, never deleted, and the run starts afresh."""
+    config, or no record of their settings) are moved to ``superseded/<time>/``, never deleted, and
+    the run starts afresh."""
     path = out_dir / "settings.json"
     settings = json.loads(json.dumps(settings, sort_keys=True, default=str))
     old = read_json(path) if path.exists() else None
-    if old is not None and old != settings and checkpoint_steps(out_dir):
+    if old != settings and checkpoint_steps(out_dir):
         archive = out_dir / "superseded" / time.strftime("%Y%m%d-%H%M%S")
         archive.mkdir(parents=True)
         for p in out_dir.iterdir():
