@@ -84,11 +84,11 @@ def conversion_corpus(wildcards):
     stream that is not written out is read through its manifest)."""
     run = resolve_run(config, wildcards.run)
     if run["distill"] is not None and run["distill"]["prompts"] in config["data"]["prompt_sets"]:
-        return data_path("prompts", run["distill"]["prompts"] + ".jsonl")
+        return data_path("prompts", f"{run['distill']['prompts']}.jsonl")
     cut = run["data"]
     if cut == "stream" and not config["data"]["corpus"]["materialize_stream"]:
         return data_path("corpus", "manifest.json")
-    return data_path("corpus", cut + ".jsonl")
+    return data_path("corpus", f"{cut}.jsonl")
 
 
 wildcard_constraints:
@@ -134,3 +134,44 @@ def benchmark_inputs(wildcards):
 
 def eval_outputs():
     return [eval_path(*job) for job in EVALS] + [eval_path(b, m, "teacher") for b, m in TEACHER_EVALS]
+
+
+def armap_dir(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}"):
+    return f"{RESULTS}/armap/{model}/{run}/seed{seed}/{pdomain}"
+
+
+def teacher_dpo_dir(model="{model}", pdomain="{pdomain}"):
+    return f"{RESULTS}/models/{model}/teacher_dpo/{pdomain}"
+
+
+def derived_dir(kind, model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}", merge="{merge}"):
+    """A model AR-MAP derives from the conversion DLM (model, run, seed)."""
+    leaf = f"armap/{pdomain}_{merge}" if kind == "armap" else f"dlm_dpo/{pdomain}"
+    return f"{conversion_dir(model, run, seed)}/{leaf}"
+
+
+def preference_files(split):
+    """The preference pairs of a domain, or of every searched domain for 'all'."""
+    def inputs(wildcards):
+        doms = config["armap"]["domains"] if wildcards.pdomain == "all" else [wildcards.pdomain]
+        return [data_path("preferences", d, f"{split}.jsonl") for d in doms]
+    return inputs
+
+
+wildcard_constraints:
+    pdomain="|".join(armap_domains(config)),
+    merge="|".join(config["armap"]["merges"]),
+
+
+def armap_outputs():
+    j = ARMAP
+    out = [teacher_dpo_dir(m, d) for m, d in j["dpo"]]
+    out += [f"{armap_dir(m, r, s, d)}/spectra.csv" for m, r, s, d in j["spectra"]]
+    out += [f"{armap_dir(m, r, s, d)}/{g}/gamma.json" for m, r, s, d, g in j["search"]]
+    out += [derived_dir("dlm_dpo", m, r, s, d) for m, r, s, d in j["dlm_dpo"]]
+    for e in j["evals"]:
+        if len(e) == 3:
+            out.append(f"{RESULTS}/eval/{e[0]}/{e[1]}/{e[2]}.json")
+        else:
+            out.append(f"{RESULTS}/eval/{e[0]}/{e[1]}/{e[2]}/seed{e[3]}/{e[4]}.json")
+    return out
