@@ -31,6 +31,10 @@ def test_paper_dry_run_lists_every_model(dry_run):
                "mteb/qwen3_4b/ed_bidir/seed0/step_19000", "code_throughput/qwen3_8b/opd/seed0/step_1000"):
         assert f"results/eval/{ev}.json" in proc.stdout
     assert "results/data/benchmarks/mbpp_plus.jsonl" in proc.stdout
+    for out in ("models/qwen3_8b/teacher_dpo/helpful", "models/qwen3_8b/teacher_dpo/all",
+                "armap/qwen3_8b/ed/seed0/helpful/ties/gamma.json", "armap/qwen3_4b/ed/seed0/math/spectra.csv",
+                "models/qwen3_8b/ed/seed0/dlm_dpo/math", "eval/aime24/qwen3_8b/ed/seed0/armap_math_dare.json"):
+        assert f"results/{out}" in proc.stdout, out
 
 
 def test_embedded_default_is_the_tiny_preset():
