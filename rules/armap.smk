@@ -17,6 +17,8 @@ rule dpo_teacher:
     threads: 1
     log:
         log_path("armap/dpo_teacher_{model}_{pdomain}"),
+    benchmark:
+        bench_path("armap/dpo_teacher_{model}_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -36,6 +38,8 @@ rule armap_spectra:
     threads: 1
     log:
         log_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}"),
+    benchmark:
+        bench_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -57,6 +61,8 @@ rule gamma_search:
     threads: 1
     log:
         log_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}"),
+    benchmark:
+        bench_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -76,6 +82,8 @@ rule dlm_dpo:
     threads: 1
     log:
         log_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
+    benchmark:
+        bench_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -94,6 +102,8 @@ rule evaluate_armap_model:
     threads: 1
     log:
         log_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}"),
+    benchmark:
+        bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -112,6 +122,8 @@ rule evaluate_dlm_dpo:
     threads: 1
     log:
         log_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}"),
+    benchmark:
+        bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -131,6 +143,8 @@ rule evaluate_teacher_dpo:
     threads: 1
     log:
         log_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}"),
+    benchmark:
+        bench_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:

@@ -18,6 +18,8 @@ rule bench_decode:
     threads: 8
     log:
         log_path("bench/decode"),
+    benchmark:
+        bench_path("bench/decode"),
     conda:
         "../envs/ar2dlm.yaml"
     shell:
@@ -43,6 +45,8 @@ rule bench_train:
     threads: 8
     log:
         log_path("bench/train"),
+    benchmark:
+        bench_path("bench/train"),
     conda:
         "../envs/ar2dlm.yaml"
     shell:

@@ -66,6 +66,11 @@ def log_path(name):
     return f"{RESULTS}/logs/{name}.log"
 
 
+def bench_path(name):
+    """Snakemake's per-job benchmark record (wall time, memory) of a rule, named like its log."""
+    return f"{RESULTS}/benchmarks/{name}.tsv"
+
+
 def corpus_outputs():
     out = {"manifest": data_path("corpus", "manifest.json"), "subset": data_path("corpus", "subset.jsonl")}
     if config["data"]["corpus"]["materialize_stream"]:

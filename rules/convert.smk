@@ -18,6 +18,8 @@ rule convert:
     threads: 1
     log:
         log_path("convert/{model}_{run}_seed{seed}"),
+    benchmark:
+        bench_path("convert/{model}_{run}_seed{seed}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:

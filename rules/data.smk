@@ -12,6 +12,8 @@ rule synthetic_suites:
         data={k: config["data"][k] for k in ("seed", "code_suite", "math_suite")},
     log:
         log_path("data/synthetic_suites"),
+    benchmark:
+        bench_path("data/synthetic_suites"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -29,6 +31,8 @@ rule preferences:
         data={k: config["data"][k] for k in ("seed", "preferences")},
     log:
         log_path("data/preferences_{domain}"),
+    benchmark:
+        bench_path("data/preferences_{domain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -50,6 +54,8 @@ rule tokenizer:
         },
     log:
         log_path("data/tokenizer"),
+    benchmark:
+        bench_path("data/tokenizer"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -68,6 +74,8 @@ rule corpus:
         data={k: config["data"][k] for k in ("seed", "corpus")},
     log:
         log_path("data/corpus"),
+    benchmark:
+        bench_path("data/corpus"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -83,6 +91,8 @@ rule prompt_set:
         seed=config["data"]["seed"],
     log:
         log_path("data/prompts_{pset}"),
+    benchmark:
+        bench_path("data/prompts_{pset}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -100,6 +110,8 @@ rule code_benchmark:
         spec=lambda wc: config["eval"]["benchmarks"][wc.benchmark],
     log:
         log_path("data/benchmark_{benchmark}"),
+    benchmark:
+        bench_path("data/benchmark_{benchmark}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:

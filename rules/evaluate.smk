@@ -15,6 +15,8 @@ rule evaluate_checkpoint:
     threads: 1
     log:
         log_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}"),
+    benchmark:
+        bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -34,6 +36,8 @@ rule evaluate_teacher:
     threads: 1
     log:
         log_path("eval/{benchmark}_{model}_teacher"),
+    benchmark:
+        bench_path("eval/{benchmark}_{model}_teacher"),
     conda:
         "../envs/ar2dlm.yaml"
     script:

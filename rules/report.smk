@@ -16,6 +16,8 @@ rule run_summary:
         models=MODELS,
     log:
         log_path("report/run_summary"),
+    benchmark:
+        bench_path("report/run_summary"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -34,6 +36,8 @@ rule eval_summary:
         preset=config["preset"],
     log:
         log_path("report/eval_summary"),
+    benchmark:
+        bench_path("report/eval_summary"),
     conda:
         "../envs/ar2dlm.yaml"
     script:

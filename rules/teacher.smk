@@ -15,6 +15,8 @@ rule teacher:
     threads: 8
     log:
         log_path("teacher/{model}"),
+    benchmark:
+        bench_path("teacher/{model}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -34,6 +36,8 @@ rule eval_teacher_code:
     threads: 8
     log:
         log_path("eval/teacher_check_{model}"),
+    benchmark:
+        bench_path("eval/teacher_check_{model}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
