@@ -16,6 +16,7 @@ include: "rules/teacher.smk"
 include: "rules/convert.smk"
 include: "rules/evaluate.smk"
 include: "rules/armap.smk"
+include: "rules/tables.smk"
 include: "rules/report.smk"
 include: "rules/bench.smk"
 
@@ -50,6 +51,7 @@ rule all_tables:
         f"{RESULTS}/eval/summary.csv",
         f"{RESULTS}/eval/summary.md",
         rules.all_armap.input,
+        table_outputs(),
 
 
 rule bench:

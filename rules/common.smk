@@ -1,12 +1,16 @@
 # Load the preset, validate it against the schema, check cross-key constraints, path helpers.
 import os
+import re
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 from ar2dlm.config import ConfigError, check_config, describe_schema_error, merge_preset
+from ar2dlm.armap.report import armap_report_inputs
+from ar2dlm.claims import claim_inputs
 from ar2dlm.evaluation.suite import benchmark_settings
+from ar2dlm.tables import study_inputs
 from ar2dlm.runs import armap_domains, armap_jobs, conversion_jobs, eval_jobs, resolve_run
 
 min_version("9.0")
@@ -29,8 +33,17 @@ RUNS = list(config["runs"])
 CONVERSIONS = conversion_jobs(config)  # (model, run, seed) of every run of the grid
 EVALS, TEACHER_EVALS = eval_jobs(config)  # what the studies evaluate
 BENCHMARKS = list(config["eval"]["benchmarks"])
+STUDIES = list(config["studies"])
 ARMAP = armap_jobs(config)  # AR-MAP's DPO, spectra, gamma searches, baselines and their evaluations
 PREF_DOMAINS = list(config["data"]["preferences"]["domains"])
+
+
+def figure_stem(study):
+    """figures/<study>; the ablation studies' figures lie under results/ablations/."""
+    return study if study.startswith("ablations/") else f"figures/{study}"
+
+
+FIGURES = {figure_stem(s): s for s, spec in config["studies"].items() if "figure" in spec}
 
 
 def data_path(*parts):
@@ -102,6 +115,8 @@ wildcard_constraints:
     seed=r"\d+",
     step=r"\d+",
     benchmark="|".join(BENCHMARKS),
+    study="|".join(re.escape(s) for s in STUDIES),
+    figpath="|".join(re.escape(figure_stem(s)) for s in STUDIES),
     pset="|".join(config["data"]["prompt_sets"]) or "no_prompt_sets",
     domain="|".join(PREF_DOMAINS),
 
@@ -179,4 +194,24 @@ def armap_outputs():
             out.append(f"{RESULTS}/eval/{e[0]}/{e[1]}/{e[2]}.json")
         else:
             out.append(f"{RESULTS}/eval/{e[0]}/{e[1]}/{e[2]}/seed{e[3]}/{e[4]}.json")
+    return out
+
+
+def study_config(study):
+    """What a study's table and figure read from the config (so other studies' edits rerun nothing)."""
+    spec = config["studies"][study]
+    runs = {r: config["runs"][r] for r in spec["runs"]}
+    return {"preset": config["preset"], "seed": config["seed"], "studies": {study: spec}, "runs": runs,
+            "training": config["training"], "models": config["models"],
+            "eval": {"decoding": config["eval"]["decoding"],
+                     "benchmarks": {e: config["eval"]["benchmarks"][e] for e in spec["evals"]}}}
+
+
+
+
+def table_outputs():
+    out = [f"{RESULTS}/tables/{s}.{ext}" for s in STUDIES for ext in ("md", "csv", "tex")]
+    out += [f"{RESULTS}/{stem}.{ext}" for stem in FIGURES for ext in ("pdf", "png")]
+    out += [f"{RESULTS}/tables/armap/main.md", f"{RESULTS}/figures/armap/gamma.pdf", f"{RESULTS}/claims.md",
+            f"{RESULTS}/claims.csv"]
     return out

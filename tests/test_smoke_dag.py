@@ -93,6 +93,27 @@ def test_armap_outputs(smoke_run):
     assert (results / "eval/arithmetic/tiny/teacher_dpo_all.json").is_file()
 
 
+def test_tables_figures_and_claims(smoke_run):
+    from ar2dlm.config import merge_preset
+
+    config = merge_preset(yaml.safe_load(open(SMOKE)), REPO / "config")
+    results = smoke_run / "results"
+    paths = [results / "tables" / f"{s}.{ext}" for s in config["studies"] for ext in ("md", "csv", "tex")]
+    for study, spec in config["studies"].items():
+        if "figure" in spec:
+            stem = study if study.startswith("ablations/") else f"figures/{study}"
+            paths += [results / f"{stem}.{ext}" for ext in ("pdf", "png")]
+    paths += [results / "tables" / "armap" / f"{t}.{ext}" for t in ("main", "merges") for ext in ("md", "csv", "tex")]
+    paths += [results / "figures" / "armap" / f"{f}.{ext}" for f in ("gamma", "shadowing") for ext in ("pdf", "png")]
+    paths += [results / "claims.md", results / "claims.csv", results / "ablations" / "lambda.pdf"]
+    for p in paths:
+        assert p.is_file() and p.stat().st_size > 0, p
+    table = (results / "tables" / "repr_align" / "code.md").read_text()
+    assert "preset `smoke`" in table and "Reported in the papers" in table and "not at the smoke preset's scale" in table
+    claims = (results / "claims.csv").read_text()
+    assert claims.count("inconclusive (fewer than 3 seeds)") == 12  # one seed per study in the smoke preset
+
+
 def test_second_run_has_nothing_to_do(smoke_run):
     proc = run_snakemake(["-n", "all_tables", "--configfile", SMOKE], smoke_run)
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr

@@ -1,0 +1,120 @@
+"""AR-MAP's tables and figures: the main table (DLM base, direct DLM DPO, AR-MAP at gamma_hat, AR
+DPO teacher), merges compared (task arithmetic, TIES, DARE), reward accuracy against gamma per
+domain, and spectral shadowing by layer and module averaged over seeds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..provenance import read_json
+from ..runs import resolve_run
+
+
+def _dlms(config):
+    a = config["armap"]
+    return [(m, r, s) for r in a["runs"] for m in resolve_run(config, r)["models"] for s in a["seeds"]]
+
+
+def armap_report_inputs(config: dict, results: str = "results") -> list[str]:
+    a, out = config["armap"], []
+    for m, r, s in _dlms(config):
+        base = Path(results) / "armap" / m / r / f"seed{s}"
+        out += [str(base / d / g / "gamma.json") for d in a["domains"] for g in a["merges"]]
+        out += [str(base / d / "spectra.csv") for d in a["domains"]]
+        step = resolve_run(config, r)["training"]["steps"]
+        for d in a["domains"]:
+            for b in a["evals"].get(d, []):
+                ev = Path(results) / "eval" / b / m / r / f"seed{s}"
+                out += [str(ev / f"step_{step}.json"), str(ev / f"dlm_dpo_{d}.json")]
+                out += [str(ev / f"armap_{d}_{g}.json") for g in a["eval_merges"]]
+                out += [str(Path(results) / "eval" / b / m / f"teacher_dpo_{d}.json"),
+                        str(Path(results) / "eval" / b / m / "teacher.json")]
+    return sorted(set(out))
+
+
+def _mean_sd(vals):
+    s = pd.Series(vals, dtype=float)
+    return f"{s.mean():.3f}" if len(s) == 1 else f"{s.mean():.3f} ± {s.std():.3f}"
+
+
+def main_table(config: dict, results: str = "results") -> pd.DataFrame:
+    """Per domain and benchmark: the DLM, the DLM DPO'd directly, AR-MAP (each evaluated merge at
+    gamma_hat), the AR teacher and its DPO version; mean ± sd over seeds."""
+    from ..tables import TABLE_METRICS
+
+    a, rows = config["armap"], []
+    for d in a["domains"]:
+        for b in a["evals"].get(d, []):
+            metric = TABLE_METRICS[config["eval"]["benchmarks"][b]["kind"]][0]
+            for m in sorted({m for m, _, _ in _dlms(config)}):
+                variants = {"DLM (base)": lambda r, s: f"step_{resolve_run(config, r)['training']['steps']}",
+                            "DLM DPO (direct)": lambda r, s: f"dlm_dpo_{d}"}
+                for g in a["eval_merges"]:
+                    variants[f"AR-MAP {g} (gamma_hat)"] = lambda r, s, g=g: f"armap_{d}_{g}"
+                for label, leaf in variants.items():
+                    vals = [read_json(Path(results) / "eval" / b / m / r / f"seed{s}" / f"{leaf(r, s)}.json")["metrics"][metric]
+                            for mm, r, s in _dlms(config) if mm == m]
+                    rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "system": label,
+                                 "value": _mean_sd(vals), "seeds": len(vals)})
+                for label, leaf in (("AR teacher", "teacher"), ("AR teacher DPO", f"teacher_dpo_{d}")):
+                    v = read_json(Path(results) / "eval" / b / m / f"{leaf}.json")["metrics"][metric]
+                    rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "system": label,
+                                 "value": f"{v:.3f}", "seeds": 1})
+    return pd.DataFrame(rows)
+
+
+def merges_table(config: dict, results: str = "results") -> pd.DataFrame:
+    """gamma_hat and held-out (test half) reward accuracy per merge and domain, over seeds."""
+    a, rows = config["armap"], []
+    for d in a["domains"]:
+        for g in a["merges"]:
+            curves = [read_json(Path(results) / "armap" / m / r / f"seed{s}" / d / g / "gamma.json")
+                      for m, r, s in _dlms(config)]
+            test = [{c["gamma"]: c["test_reward_accuracy"] for c in cv["curve"]} for cv in curves]
+            rows.append({"domain": d, "merge": g, "gamma_hat": _mean_sd([c["gamma_hat"] for c in curves]),
+                         "test reward acc. at gamma_hat": _mean_sd([t[c["gamma_hat"]] for t, c in zip(test, curves)]),
+                         "test reward acc. at gamma 1": _mean_sd([t.get(1, float("nan")) for t in test]),
+                         "seeds": len(curves)})
+    return pd.DataFrame(rows)
+
+
+def gamma_figure(config: dict, pdf_path, png_path, results: str = "results") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    a = config["armap"]
+    fig, axes = plt.subplots(1, len(a["domains"]), figsize=(4.2 * len(a["domains"]), 3.3), squeeze=False)
+    for ax, d in zip(axes[0], a["domains"]):
+        for g in a["merges"]:
+            rows = [c for m, r, s in _dlms(config)
+                    for c in read_json(Path(results) / "armap" / m / r / f"seed{s}" / d / g / "gamma.json")["curve"]]
+            df = pd.DataFrame(rows).groupby("gamma")["test_reward_accuracy"].agg(["mean", "std"]).fillna(0).reset_index()
+            ax.errorbar(df["gamma"], df["mean"], yerr=df["std"], marker="o", capsize=3, label=g)
+        ax.axvline(1.0, color="grey", lw=0.8, ls=":")
+        ax.set_xlabel("gamma")
+        ax.set_ylabel("batch reward accuracy (held-out half)")
+        ax.set_title(f"{d} ({config['preset']} preset, seeds {', '.join(map(str, a['seeds']))})", fontsize=8)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(pdf_path)
+    fig.savefig(png_path, dpi=150)
+    plt.close(fig)
+
+
+def shadowing_figure(config: dict, pdf_path, png_path, results: str = "results") -> pd.DataFrame:
+    """Mean shadowing ratio by layer and module over seeds and domains."""
+    from .spectra import plot_shadowing
+
+    a = config["armap"]
+    frames = [pd.read_csv(Path(results) / "armap" / m / r / f"seed{s}" / d / "spectra.csv")
+              for m, r, s in _dlms(config) for d in a["domains"]]
+    df = pd.concat(frames)
+    mean = df.groupby(["parameter", "module", "module_type"], dropna=False)["shadowing_ratio"].mean().reset_index()
+    mean["layer"] = mean["parameter"].str.extract(r"\.layers\.(\d+)\.")[0].astype(float)
+    plot_shadowing(mean, f"spectral shadowing, mean over seeds and domains ({config['preset']} preset)", pdf_path,
+                   png_path)
+    return mean
