@@ -37,6 +37,18 @@ def test_paper_dry_run_lists_every_model(dry_run):
         assert f"results/{out}" in proc.stdout, out
 
 
+def test_one_figure_builds_only_what_it_needs(dry_run):
+    proc = dry_run(target="results/ablations/lambda.pdf")
+    assert proc.returncode == 0, proc.stderr
+    jobs = proc.stdout
+    assert "rule study_figure" in jobs and "results/ablations/lambda.pdf" in jobs
+    for run in ("mdlm", "ra_l1", "ra", "ra_l100"):
+        assert f"results/models/tiny/{run}/seed0/train.json" in jobs
+    for unneeded in ("rule dpo_teacher", "rule gamma_search", "rule claims", "rule study_table", "opd/seed0",
+                     "ed/seed0", "rule preferences"):
+        assert unneeded not in jobs, unneeded
+
+
 def test_embedded_default_is_the_tiny_preset():
     import yaml
 

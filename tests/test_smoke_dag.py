@@ -114,6 +114,13 @@ def test_tables_figures_and_claims(smoke_run):
     assert claims.count("inconclusive (fewer than 3 seeds)") == 12  # one seed per study in the smoke preset
 
 
+def test_html_report(smoke_run):
+    proc = run_snakemake(["--report", "report.html", "--configfile", SMOKE], smoke_run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (smoke_run / "report.html").read_text(errors="replace")
+    assert "lambda.png" in html and "claims.md" in html
+
+
 def test_second_run_has_nothing_to_do(smoke_run):
     proc = run_snakemake(["-n", "all_tables", "--configfile", SMOKE], smoke_run)
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
