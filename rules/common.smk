@@ -1,6 +1,8 @@
 # Load the preset, validate it against the schema, check cross-key constraints, path helpers.
+import json
 import os
 import re
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -215,3 +217,11 @@ def table_outputs():
     out += [f"{RESULTS}/tables/armap/main.md", f"{RESULTS}/figures/armap/gamma.pdf", f"{RESULTS}/claims.md",
             f"{RESULTS}/claims.csv"]
     return out
+
+
+def launcher(resources):
+    """torchrun with one process per GPU when the job has several, else this Python."""
+    gpus = int(resources.get("gpu", 0) or 0)
+    if gpus > 1:
+        return f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node={gpus}"
+    return sys.executable

@@ -11,16 +11,20 @@ rule convert:
     output:
         conversion_manifest(),
     params:
-        run=lambda wc: run_settings(wc.run),
+        run=lambda wc: json.dumps(run_settings(wc.run), sort_keys=True),
         preset=config["preset"],
+        # one process per GPU of the job (the SLURM profile grants them); a plain process without GPUs
+        launcher=lambda wc, resources: launcher(resources),
     # one thread per job: on CPUs the tiny model trains 1.37x faster as parallel one-thread jobs than
     # one two-thread job at a time (2 cores); GPU jobs get their CPUs from the SLURM profile
     threads: 1
     log:
         log_path("convert/{model}_{run}_seed{seed}"),
     benchmark:
-        bench_path("convert/{model}_{run}_seed{seed}"),
+        bench_path("convert/{model}_{run}_seed{seed}")
     conda:
         "../envs/ar2dlm.yaml"
-    script:
-        "../workflow_scripts/convert.py"
+    shell:
+        "{params.launcher} -m ar2dlm.training.convert_run --run {params.run:q} --teacher {input.teacher:q} "
+        "--corpus {input.corpus:q} --out {output:q} --seed {wildcards.seed} --preset {params.preset} "
+        "--model {wildcards.model} --log {log:q} --threads {threads}"

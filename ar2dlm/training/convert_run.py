@@ -1,0 +1,39 @@
+"""Command line of one conversion run, what the convert rule launches: plain ``python -m`` for one
+process (CPU or one GPU), ``torchrun --standalone --nproc_per_node=<GPUs>`` for several; the
+trainer reads the torchrun environment and wraps the model in DDP."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from ..provenance import log_to, write_json
+from .trainer import train_run
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--run", required=True, help="resolved run settings as JSON")
+    ap.add_argument("--teacher", required=True)
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--out", required=True, help="the run's manifest (train.json); checkpoints go beside it")
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--log", default=None)
+    ap.add_argument("--threads", type=int, default=None)
+    a = ap.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    if a.log:
+        log_to(a.log if rank == 0 else f"{a.log}.rank{rank}", a.threads)
+    out = Path(a.out)
+    info = train_run(json.loads(a.run), a.teacher, a.corpus, out.parent, seed=a.seed, preset=a.preset,
+                     model_name=a.model)
+    if rank == 0:  # the manifest is written last, once, when the run is complete
+        write_json(out, info)
+
+
+if __name__ == "__main__":
+    main()
