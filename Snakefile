@@ -21,7 +21,9 @@ include: "rules/report.smk"
 include: "rules/bench.smk"
 
 
-localrules: all_tables, all_models, all_evals, all_armap, bench, eval_summary
+# Reports and downloads run where Snakemake runs (login nodes have the network; tables are seconds).
+localrules: all_tables, all_models, all_evals, all_armap, bench, eval_summary, run_summary, study_table, study_figure,
+    armap_report, claims, code_benchmark
 
 
 rule all_models:

@@ -1,6 +1,7 @@
 """The DAG builds for every preset; bad configs fail at DAG build time naming the key."""
 
 import pytest
+import yaml
 
 from tests.conftest import REPO
 
@@ -35,6 +36,31 @@ def test_paper_dry_run_lists_every_model(dry_run):
                 "armap/qwen3_8b/ed/seed0/helpful/ties/gamma.json", "armap/qwen3_4b/ed/seed0/math/spectra.csv",
                 "models/qwen3_8b/ed/seed0/dlm_dpo/math", "eval/aime24/qwen3_8b/ed/seed0/armap_math_dare.json"):
         assert f"results/{out}" in proc.stdout, out
+
+
+def test_paper_dry_run_through_the_slurm_profile(tmp_path):
+    from tests.conftest import run_snakemake
+
+    proc = run_snakemake(["--profile", str(REPO / "slurm"), "-n", "all_tables", "--configfile",
+                          str(REPO / "config" / "presets" / "paper.yaml")], tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    blocks = out.split("\n\n")
+    convert = next(b for b in blocks if "rule convert:" in b and "qwen3_8b/opd/" in b)
+    assert "gpu=8" in convert and "cpus_per_gpu=8" in convert and "runtime=4320" in convert and "mem_mb=480000" in convert
+    assert "--nproc_per_node=8" in convert
+    evaluation = next(b for b in blocks if "rule evaluate_checkpoint:" in b)
+    assert "gpu=1" in evaluation
+    # table, figure and report rules run where Snakemake runs, never as cluster jobs
+    import re
+
+    snakefile = (REPO / "Snakefile").read_text()
+    local = set(re.search(r"localrules:([^\n]*(?:\n {4}[^\n]*)*)", snakefile).group(1).replace(",", " ").split())
+    profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
+    assert {"study_table", "study_figure", "claims", "armap_report", "eval_summary", "run_summary"} <= local
+    assert not local & set(profile["set-resources"])
+    for rule in ("convert", "teacher", "evaluate_checkpoint", "dpo_teacher", "gamma_search", "dlm_dpo"):
+        assert profile["set-resources"][rule]["gpu"] >= 1 and profile["set-resources"][rule]["cpus_per_gpu"] >= 1
 
 
 def test_one_figure_builds_only_what_it_needs(dry_run):
