@@ -3,9 +3,10 @@
 import json
 
 import pytest
+import torch
 import yaml
 
-from tests.conftest import REPO, run_snakemake
+from tests.conftest import REPO, SNAKEMAKE, run_snakemake
 
 SMOKE = str(REPO / "config" / "presets" / "smoke.yaml")
 
@@ -140,3 +141,85 @@ def test_decode_benchmark_rule(smoke_run):
     train = json.loads((smoke_run / "results" / "bench" / "train.json").read_text())
     assert set(train["runs"]) == {"mdlm", "ra", "ra_freeze"} and train["freeze_speedup"] > 0
     assert len(train["wall_seconds"]) == 23 and "no CUDA" in train["gpu"]
+
+
+def _slurm_profile(path, jobs_dir):
+    """The repo's SLURM profile mapped onto the local CPU partition: no GPUs, small memory, the
+    status read from squeue (no accounting), many small jobs grouped into a few submissions."""
+    profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
+    cpu = {"slurm_partition": "cpu", "mem_mb": 3000, "runtime": "30m"}
+    profile["default-resources"] = dict(cpu)
+    profile["set-resources"] = {rule: dict(cpu, cpus_per_task=1) for rule in profile["set-resources"]}
+    groups = {rule: "work" for rule in ("convert", "evaluate_checkpoint", "evaluate_teacher", "evaluate_armap_model",
+                                        "evaluate_dlm_dpo", "evaluate_teacher_dpo", "gamma_search", "dlm_dpo",
+                                        "dpo_teacher", "armap_spectra", "preferences")}
+    profile.update({"jobs": 2, "latency-wait": 5, "retries": 0, "slurm-status-command": "squeue",
+                    "slurm-no-account": True, "slurm-init-seconds-before-status-checks": 1,
+                    "slurm-logdir": str(jobs_dir), "groups": [f"{k}={v}" for k, v in groups.items()],
+                    "group-components": ["work=40"]})
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(profile))
+    return path
+
+
+@pytest.mark.slow
+def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_path):
+    import os
+    import subprocess
+    import time
+
+    from tests.local_slurm import LocalSlurm, install
+
+    why = install()
+    if why:
+        pytest.skip(f"no local SLURM: {why}")
+    cluster = LocalSlurm(tmp_path / "cluster").start()
+    try:
+        profile = _slurm_profile(tmp_path / "profile", tmp_path / "slurm_logs")
+        work = tmp_path / "work"
+        work.mkdir()
+        env = dict(cluster.env, HF_HUB_OFFLINE="1")
+        t0 = time.time()
+        proc = subprocess.run([*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(profile), "all_tables", "--configfile", SMOKE],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert "sbatch" in proc.stderr + proc.stdout or "Submitted" in proc.stderr + proc.stdout
+        print(f"smoke all_tables through SLURM: {time.time() - t0:.0f} s")
+        # the cluster produced what a local run produces: the same data, and the same trained weights up to
+        # float reordering (a job's thread count may differ from the local run's)
+        from safetensors.torch import load_file
+
+        for rel in ("data/code/eval.jsonl", "data/corpus/subset.jsonl", "data/preferences/code/eval.jsonl"):
+            assert (work / "results" / rel).read_bytes() == (smoke_run / "results" / rel).read_bytes(), rel
+        for rel in ("teacher", "ed/seed0/step_4", "opd/seed0/step_4"):
+            a = load_file(work / "results/models/tiny" / rel / "model.safetensors")
+            b = load_file(smoke_run / "results/models/tiny" / rel / "model.safetensors")
+            assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a), rel
+        for rel in ("eval/synthetic_code/tiny/teacher.json", "claims.md", "tables/repr_align/code.md"):
+            assert (work / "results" / rel).stat().st_size > 0
+
+        # a longer run, cancelled through SLURM after its first checkpoint, resumes on the rerun
+        override = tmp_path / "long.yaml"
+        override.write_text(yaml.safe_dump({"runs": {"mdlm": {"training": {"steps": 1500, "checkpoint_every": 100}}}}))
+        target = "results/models/tiny/mdlm/seed0/train.json"
+        cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(profile), target, "--configfile", SMOKE, str(override),
+               "--groups", "convert=solo"]
+        run = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ckpt_dir = work / "results/models/tiny/mdlm/seed0"
+        deadline = time.time() + 300
+        while not (ckpt_dir / "step_100" / "trainer_state.pt").exists():
+            assert time.time() < deadline and run.poll() is None, run.stdout.read()[-3000:]
+            time.sleep(0.5)
+        jobs = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout.split()
+        assert jobs
+        subprocess.run(["scancel", *jobs], env=env, check=True)
+        run.wait(timeout=120)
+        assert run.returncode != 0 and not (ckpt_dir / "train.json").exists()
+        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        manifest = json.loads((ckpt_dir / "train.json").read_text())
+        assert manifest["resumed_from"] >= 100 and manifest["steps"] == 1500
+    finally:
+        cluster.stop()
+    assert not any(p.poll() is None for p in cluster.procs)
+    assert os.path.isdir(tmp_path / "cluster")
