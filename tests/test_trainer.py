@@ -220,3 +220,14 @@ def test_changed_settings_start_afresh_and_keep_the_old_checkpoints(setup, tmp_p
     (archived,) = (tmp_path / "c" / "superseded").iterdir()
     assert all(torch.equal(old[k], weights(archived / "step_4")[k]) for k in old)
     assert not all(torch.equal(old[k], weights(tmp_path / "c" / "step_4")[k]) for k in old)
+
+
+def test_checkpoints_without_their_own_settings_record_are_not_resumed(setup, tmp_path):
+    # checkpoints whose run-level settings file was rewritten (say by an attempt that then failed)
+    # still carry their own record: a checkpoint with none, or another, is archived, not resumed
+    run = run_cfg("mdlm", steps=4)
+    train(setup, run, tmp_path / "d")
+    (tmp_path / "d" / "step_4" / "settings.json").unlink()
+    info = train(setup, run, tmp_path / "d")
+    assert info["resumed_from"] == 0 and len(list((tmp_path / "d" / "superseded").iterdir())) == 1
+    assert (tmp_path / "d" / "step_4" / "settings.json").is_file()

@@ -42,20 +42,24 @@ def checkpoint_steps(out_dir: Path) -> list[int]:
     return sorted(steps)
 
 
-def keep_matching_checkpoints(out_dir: Path, settings: dict) -> None:
-    """Checkpoints resume only a run with the same settings. Those of other settings (a changed
-    config, or no record of their settings) are moved to ``superseded/<time>/``, never deleted, and
-    the run starts afresh."""
-    path = out_dir / "settings.json"
+def keep_matching_checkpoints(out_dir: Path, settings: dict) -> dict:
+    """Checkpoints resume only a run with the same settings, recorded in each checkpoint. Those of
+    other settings (a changed config, or no record) are moved to ``superseded/<time>/``, never
+    deleted, and the run starts afresh. Returns the settings as recorded."""
     settings = json.loads(json.dumps(settings, sort_keys=True, default=str))
-    old = read_json(path) if path.exists() else None
-    if old != settings and checkpoint_steps(out_dir):
+
+    def recorded(step):
+        path = out_dir / f"step_{step}" / "settings.json"
+        return read_json(path) if path.is_file() else None
+
+    if any(recorded(k) != settings for k in checkpoint_steps(out_dir)):
         archive = out_dir / "superseded" / time.strftime("%Y%m%d-%H%M%S")
         archive.mkdir(parents=True)
         for p in out_dir.iterdir():
             if p.name != "superseded":
                 os.replace(p, archive / p.name)
-    write_json(path, settings)
+    write_json(out_dir / "settings.json", settings)
+    return settings
 
 
 def trained_tokens(run: dict, conv: Conventions, valid, plens, step: int) -> int:
@@ -124,7 +128,8 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
 
     start = 0
     if rank == 0:
-        keep_matching_checkpoints(out_dir, {"run": run, "seed": seed, "teacher": str(teacher_dir), "world": world})
+        settings = keep_matching_checkpoints(out_dir, {"run": run, "seed": seed, "teacher": str(teacher_dir),
+                                                       "world": world})
     if world > 1:
         torch.distributed.barrier()
     done = checkpoint_steps(out_dir)
@@ -190,7 +195,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
             if save_now:
-                save_checkpoint(model, tok, opt, gen_states, out_dir, step + 1, conv, {
+                save_checkpoint(model, tok, opt, gen_states, out_dir, step + 1, conv, settings, {
                     "method": run["method"], "run": run["name"], "model": model_name, "preset": preset, "seed": seed,
                     "run_settings": {k: v for k, v in run.items() if k not in ("name",)},
                     "frozen_parameters": len(frozen), "versions": library_versions()})
@@ -202,13 +207,15 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
 
 
 def save_checkpoint(model, tokenizer, opt, gen_states: list, out_dir: Path, step: int, conv: Conventions,
-                    info: dict) -> Path:
-    """Write step_<k>/ (HF weights, tokenizer, ar2dlm.json, trainer_state.pt) atomically."""
+                    settings: dict, info: dict) -> Path:
+    """Write step_<k>/ (HF weights, tokenizer, ar2dlm.json, trainer_state.pt, the run's settings)
+    atomically."""
     final = out_dir / f"step_{step}"
     tmp = out_dir / f".step_{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(model, tokenizer, tmp, {**conv.to_dict(), **info, "step": step})
     torch.save({"optimizer": opt.state_dict(), "generators": gen_states, "step": step}, tmp / STATE_FILE)
+    write_json(tmp / "settings.json", settings)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final
