@@ -105,7 +105,9 @@ def main(argv=None):
         "runs": runs,
         "freeze_speedup": round(runs["ra_freeze"]["tokens_per_s"] / runs["ra"]["tokens_per_s"], 3),
         "repr_align_over_mdlm_step_time": round(runs["ra"]["step_s"] / runs["mdlm"]["step_s"], 3),
-        "wall_seconds": {f"{m['model']}/{m['run']}/seed{m['seed']}": m["wall_seconds"]
+        # seconds of training steps per run, summed over every attempt (a resumed run's manifest
+        # records only its last process in wall_seconds)
+        "wall_seconds": {f"{m['model']}/{m['run']}/seed{m['seed']}": m.get("train_seconds", m["wall_seconds"])
                          for m in map(read_json, a.manifests)},
         "gpu": gpu_mfu(config) if torch.cuda.is_available() else "no CUDA GPU here: MFU not measured",
         "threads": torch.get_num_threads(),
