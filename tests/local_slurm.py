@@ -1,6 +1,10 @@
 """A one-node SLURM cluster on localhost for the tests: munged, slurmctld and slurmd started from
 Debian's ``slurm-wlm`` and ``munge`` packages with a generated configuration (accounting off, one
-CPU partition), all files in one folder, every daemon stopped by PID."""
+CPU partition), all files in one folder, every daemon stopped by PID.
+
+Snakemake's SLURM job-step plugin removes every ``SLURM_*`` variable (``SLURM_CONF`` included)
+before its inner ``srun``, so that ``srun`` reads the default ``/etc/slurm/slurm.conf``: the cluster
+writes its configuration there too, only when no file is there, and removes it when it stops."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import time
 from pathlib import Path
 
 PACKAGES = ("slurm-wlm", "munge")
+DEFAULT_CONF = Path("/etc/slurm/slurm.conf")
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 
 
@@ -43,6 +48,7 @@ class LocalSlurm:
         self.host = socket.gethostname().split(".")[0]
         self.cpus = cpus or os.cpu_count()
         self.procs: list[subprocess.Popen] = []
+        self.wrote_default = False
         self.env = dict(os.environ, SLURM_CONF=str(self.root / "slurm.conf"))
 
     def _write_config(self) -> None:
@@ -83,6 +89,11 @@ MinJobAge=300
 NodeName={self.host} CPUs={self.cpus} RealMemory={mem} State=UNKNOWN
 PartitionName=cpu Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
 """)
+        if DEFAULT_CONF.exists():
+            raise RuntimeError(f"{DEFAULT_CONF} exists (a real SLURM installation?): not touching it")
+        DEFAULT_CONF.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(r / "slurm.conf", DEFAULT_CONF)
+        self.wrote_default = True
 
     def start(self) -> "LocalSlurm":
         self._write_config()
@@ -122,3 +133,6 @@ PartitionName=cpu Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
                 except subprocess.TimeoutExpired:
                     p.kill()
         self.procs.clear()
+        if self.wrote_default:
+            DEFAULT_CONF.unlink(missing_ok=True)
+            self.wrote_default = False
