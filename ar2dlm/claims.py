@@ -1,7 +1,7 @@
 """The papers' directional claims, tested on this preset's results.
 
 Each claim compares run ``a`` with run ``b`` (or the AR teacher) of one study on the study's first
-benchmark, paired by seed: effect = mean over seeds of (a - b), spread = standard deviation of the
+benchmark and first model, paired by seed: effect = mean over seeds of (a - b), spread = standard deviation of the
 paired differences, se = spread / sqrt(seeds). ``greater``: holds when effect > 2 se and > 0, does
 not hold when effect < -2 se or (with no spread) effect <= 0, else inconclusive. ``not_worse``:
 holds when effect >= 0, does not hold when effect + 2 se < 0, else inconclusive. ``near_best``:
