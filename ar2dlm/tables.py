@@ -56,7 +56,7 @@ def study_inputs(config: dict, study: str, results: str = "results") -> list[str
     return sorted({str(p) for p in paths})
 
 
-def _cell(values: list[float]) -> str:
+def mean_sd(values: list[float]) -> str:
     s = pd.Series(values, dtype=float)
     return f"{s.mean():.3f}" if len(s) == 1 else f"{s.mean():.3f} ± {s.std():.3f}"
 
@@ -78,13 +78,13 @@ def study_table(config: dict, study: str, results: str = "results") -> tuple[pd.
                 results_ = [read_json(eval_file(results, e, model, r, s, step)) for s in seeds]
                 if kind == "throughput":
                     best = [max(res["rows"], key=lambda x: x.get("base_pass@1", 0)) for res in results_]
-                    row[f"{e}: best base_pass@1"] = _cell([b.get("base_pass@1", 0) for b in best])
-                    row[f"{e}: tokens/s at best"] = _cell([b["tokens_per_s"] for b in best])
+                    row[f"{e}: best base_pass@1"] = mean_sd([b.get("base_pass@1", 0) for b in best])
+                    row[f"{e}: tokens/s at best"] = mean_sd([b["tokens_per_s"] for b in best])
                     continue
                 for metric in TABLE_METRICS[kind]:
                     vals = [res["metrics"][metric] for res in results_ if metric in res["metrics"]]
                     if vals:
-                        row[f"{e}: {metric}"] = _cell(vals)
+                        row[f"{e}: {metric}"] = mean_sd(vals)
                         raw += [{"model": model, "run": r, "seed": s, "benchmark": e, "metric": metric, "value": v}
                                 for s, v in zip(seeds, vals)]
             row["seeds"] = "-" if r == "teacher" else ", ".join(map(str, seeds))
@@ -101,17 +101,22 @@ def reported_rows(reported: dict, study: str, preset: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_table(table: pd.DataFrame, context: dict, reported: pd.DataFrame, md_path, csv_path, tex_path) -> None:
-    header = (f"Study `{context['study']}`, preset `{context['preset']}`, models {', '.join(context['models'])}, "
-              f"seeds {', '.join(map(str, context['seeds']))}. Measured by this pipeline; mean ± standard deviation "
-              "over seeds at each run's final checkpoint; the AR teacher under the same harness.")
-    md = [f"# {context['study']}", "", header, "", table.to_markdown(index=False), ""]
-    if len(reported):
+def study_header(context: dict) -> str:
+    return (f"Study `{context['study']}`, preset `{context['preset']}`, models {', '.join(context['models'])}, "
+            f"seeds {', '.join(map(str, context['seeds']))}. Measured by this pipeline; mean ± standard deviation "
+            "over seeds at each run's final checkpoint; the AR teacher under the same harness.")
+
+
+def write_table(table: pd.DataFrame, title: str, header: str, preset: str, md_path, csv_path, tex_path,
+                reported: pd.DataFrame | None = None) -> None:
+    """One table as Markdown (title, provenance header, the papers' numbers under it), CSV and LaTeX."""
+    md = [f"# {title}", "", header, "", table.to_markdown(index=False), ""]
+    if reported is not None and len(reported):
         md += ["Reported in the papers (with source):", "", reported.to_markdown(index=False), ""]
     Path(md_path).write_text("\n".join(md))
-    table.assign(preset=context["preset"]).to_csv(csv_path, index=False)
-    caption = header.replace("`", "").replace("±", "$\\pm$").replace("_", "\\_")
-    Path(tex_path).write_text(table.to_latex(index=False, caption=caption, label=f"tab:{context['study']}")
+    table.assign(preset=preset).to_csv(csv_path, index=False)
+    caption = f"{title}. {header}".replace("`", "").replace("±", "$\\pm$").replace("_", "\\_")
+    Path(tex_path).write_text(table.to_latex(index=False, caption=caption, label=f"tab:{title}")
                               .replace("±", "$\\pm$"))
 
 
@@ -133,10 +138,9 @@ def _curve_frame(config, study, results):
 
 
 def study_figure(config: dict, study: str, pdf_path, png_path, results: str = "results") -> None:
-    import matplotlib
+    from .figures import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     spec = config["studies"][study]
     kind = spec["figure"]
@@ -199,7 +203,4 @@ def study_figure(config: dict, study: str, pdf_path, png_path, results: str = "r
     seeds = sorted({d[2] for d in data})
     ax.set_title(f"{study} ({config['preset']} preset, seeds {', '.join(map(str, seeds))})", fontsize=8)
     ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(pdf_path)
-    fig.savefig(png_path, dpi=150)
-    plt.close(fig)
+    save(fig, pdf_path, png_path)

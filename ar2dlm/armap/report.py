@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..provenance import read_json
 from ..runs import resolve_run
+from ..tables import TABLE_METRICS, mean_sd
 
 
 def _dlms(config):
@@ -34,16 +35,9 @@ def armap_report_inputs(config: dict, results: str = "results") -> list[str]:
     return sorted(set(out))
 
 
-def _mean_sd(vals):
-    s = pd.Series(vals, dtype=float)
-    return f"{s.mean():.3f}" if len(s) == 1 else f"{s.mean():.3f} ± {s.std():.3f}"
-
-
 def main_table(config: dict, results: str = "results") -> pd.DataFrame:
     """Per domain and benchmark: the DLM, the DLM DPO'd directly, AR-MAP (each evaluated merge at
     gamma_hat), the AR teacher and its DPO version; mean ± sd over seeds."""
-    from ..tables import TABLE_METRICS
-
     a, rows = config["armap"], []
     for d in a["domains"]:
         for b in a["evals"].get(d, []):
@@ -57,7 +51,7 @@ def main_table(config: dict, results: str = "results") -> pd.DataFrame:
                     vals = [read_json(Path(results) / "eval" / b / m / r / f"seed{s}" / f"{leaf(r, s)}.json")["metrics"][metric]
                             for mm, r, s in _dlms(config) if mm == m]
                     rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "system": label,
-                                 "value": _mean_sd(vals), "seeds": len(vals)})
+                                 "value": mean_sd(vals), "seeds": len(vals)})
                 for label, leaf in (("AR teacher", "teacher"), ("AR teacher DPO", f"teacher_dpo_{d}")):
                     v = read_json(Path(results) / "eval" / b / m / f"{leaf}.json")["metrics"][metric]
                     rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "system": label,
@@ -73,18 +67,17 @@ def merges_table(config: dict, results: str = "results") -> pd.DataFrame:
             curves = [read_json(Path(results) / "armap" / m / r / f"seed{s}" / d / g / "gamma.json")
                       for m, r, s in _dlms(config)]
             test = [{c["gamma"]: c["test_reward_accuracy"] for c in cv["curve"]} for cv in curves]
-            rows.append({"domain": d, "merge": g, "gamma_hat": _mean_sd([c["gamma_hat"] for c in curves]),
-                         "test reward acc. at gamma_hat": _mean_sd([t[c["gamma_hat"]] for t, c in zip(test, curves)]),
-                         "test reward acc. at gamma 1": _mean_sd([t.get(1, float("nan")) for t in test]),
+            rows.append({"domain": d, "merge": g, "gamma_hat": mean_sd([c["gamma_hat"] for c in curves]),
+                         "test reward acc. at gamma_hat": mean_sd([t[c["gamma_hat"]] for t, c in zip(test, curves)]),
+                         "test reward acc. at gamma 1": mean_sd([t.get(1, float("nan")) for t in test]),
                          "seeds": len(curves)})
     return pd.DataFrame(rows)
 
 
 def gamma_figure(config: dict, pdf_path, png_path, results: str = "results") -> None:
-    import matplotlib
+    from ..figures import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     a = config["armap"]
     fig, axes = plt.subplots(1, len(a["domains"]), figsize=(4.2 * len(a["domains"]), 3.3), squeeze=False)
@@ -99,10 +92,7 @@ def gamma_figure(config: dict, pdf_path, png_path, results: str = "results") -> 
         ax.set_ylabel("batch reward accuracy (held-out half)")
         ax.set_title(f"{d} ({config['preset']} preset, seeds {', '.join(map(str, a['seeds']))})", fontsize=8)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(pdf_path)
-    fig.savefig(png_path, dpi=150)
-    plt.close(fig)
+    save(fig, pdf_path, png_path)
 
 
 def shadowing_figure(config: dict, pdf_path, png_path, results: str = "results") -> pd.DataFrame:

@@ -58,10 +58,9 @@ def spectra_table(tau_pref: dict, tau_diffusion: dict, top_k: int = 8) -> pd.Dat
 
 def plot_shadowing(table: pd.DataFrame, title: str, pdf_path, png_path) -> None:
     """Shadowing ratio by layer, one line per module type (log scale; 1 = equal spectral norms)."""
-    import matplotlib
+    from ..figures import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     layered = table.dropna(subset=["layer"])
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -76,7 +75,4 @@ def plot_shadowing(table: pd.DataFrame, title: str, pdf_path, png_path) -> None:
     ax.set_ylabel("||tau_diffusion||_2 / ||tau_pref||_2")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(pdf_path)
-    fig.savefig(png_path, dpi=150)
-    plt.close(fig)
+    save(fig, pdf_path, png_path)
