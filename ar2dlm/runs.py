@@ -4,6 +4,8 @@ objectives (alignment, distillation) and options. ``resolve_run`` gives the comp
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 from .config import ConfigError, deep_merge
 
@@ -158,6 +160,11 @@ def conversion_jobs(config: dict) -> list[tuple[str, str, int]]:
             models = [m for m in spec.get("models", run["models"]) if m in run["models"]]
             jobs.update((m, name, s) for m in models for s in spec.get("seeds", run["seeds"]))
     return sorted(jobs)
+
+
+def final_checkpoint(manifest) -> Path:
+    """The last checkpoint of a finished run, from its manifest (train.json)."""
+    return Path(manifest).parent / f"step_{json.loads(Path(manifest).read_text())['steps']}"
 
 
 def checkpoint_steps_of(run: dict) -> list[int]:

@@ -124,8 +124,9 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
     attention the attention blocks are the decoding blocks (prompt = block 0), and ``use_cache``
     keeps an exact prefix KV cache of the prompt and finished blocks: each step runs only the
     current block. Without a cache every step recomputes the whole canvas (prompt + response).
-    Each row is cut at its first end-of-text; decoding stops once every row has one (unless
-    ``stop_at_eos`` is False: benchmarks decode the full length).
+    Each row is cut at its first end-of-text; a row whose finished blocks hold one leaves the
+    batch (its later blocks would be cut anyway), and decoding stops once every row has one
+    (unless ``stop_at_eos`` is False: benchmarks and recorded trajectories decode the full length).
     """
     check_decode_args(gen_length, block_size, threshold if steps_per_block is None else None, steps_per_block)
     if not conv.is_diffusion:
@@ -149,6 +150,8 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
 
     if trajectory is not None:
         trajectory.valid, trajectory.prompt_lens, trajectory.states = valid, plens, []
+    final = ids.clone()  # rows are written back here as they leave the batch
+    live = torch.arange(B, device=device)  # the rows still decoding
     cache, carry, pending = None, None, None
     if use_cache:
         cache = DynamicCache()
@@ -191,7 +194,7 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
             logits[..., conv.mask_token_id] = float("-inf")
             probs = torch.softmax(logits / temperature, -1) if temperature > 0 else torch.softmax(logits, -1)
             if temperature > 0:
-                tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=gen).view(B, block_size)
+                tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=gen).view(len(live), block_size)
             else:
                 tokens = probs.argmax(-1)
             conf = probs.gather(-1, tokens[..., None]).squeeze(-1)
@@ -203,13 +206,24 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
             stats.decoded += int(pick.sum())
             ids[:, start:end] = torch.where(pick, tokens, ids[:, start:end])
         pending = start  # its exact keys/values join the cache with the next block's first step
-        if stop_at_eos and (ids[:, P:end] == conv.eos_token_id).any(1).all():
-            break
+        if stop_at_eos:
+            done = (ids[:, P:end] == conv.eos_token_id).any(1)
+            if done.all():
+                break
+            if done.any() and trajectory is None:
+                # Finished rows leave the batch: each later step runs only the rows still decoding.
+                final[live[done]] = ids[done]
+                keep = (~done).nonzero().squeeze(1)
+                live, ids, pos, full_mask = live[keep], ids[keep], pos[keep], full_mask[keep]
+                if cache is not None:
+                    cache.batch_select_indices(keep)
+                    carry = carry[keep]
+    final[live] = ids
 
     if trajectory is not None:
-        trajectory.canvas = ids
+        trajectory.canvas = final
     results = []
-    for row in ids[:, P:].tolist():
+    for row in final[:, P:].tolist():
         row = [t for t in row if t != conv.mask_token_id]  # undecoded blocks after an early stop
         if stop_at_eos and conv.eos_token_id in row:
             row = row[: row.index(conv.eos_token_id)]

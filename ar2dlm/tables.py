@@ -9,12 +9,13 @@ under the table with their source and model, never mixed into the measured rows.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
 
 from .provenance import read_json
-from .runs import checkpoint_steps_of, resolve_run
+from .runs import checkpoint_steps_of, final_checkpoint, resolve_run
 
 FIGURE_KINDS = ("lambda", "steps", "throughput", "tokens_per_step", "budget")
 # The metrics a table shows per benchmark kind (others stay in the evaluation JSONs).
@@ -50,15 +51,38 @@ def study_inputs(config: dict, study: str, results: str = "results") -> list[str
                     continue
                 steps = checkpoint_steps_of(run) if spec.get("checkpoints") == "all" else [run["training"]["steps"]]
                 paths += [eval_file(results, e, model, r, s, k) for s in study_seeds(config, spec, r) for k in steps]
-    if spec.get("figure") == "budget":
+    if spec.get("figure") == "budget" or spec.get("training_columns"):
         paths += [Path(results) / "models" / m / r / f"seed{s}" / "train.json" for m in study_models(config, spec)
                   for r in spec["runs"] for s in study_seeds(config, spec, r) if m in resolve_run(config, r)["models"]]
     return sorted({str(p) for p in paths})
 
 
-def mean_sd(values: list[float]) -> str:
+def mean_sd(values: list[float], fmt: str = ".3f") -> str:
     s = pd.Series(values, dtype=float)
-    return f"{s.mean():.3f}" if len(s) == 1 else f"{s.mean():.3f} ± {s.std():.3f}"
+    return f"{s.mean():{fmt}}" if len(s) == 1 else f"{s.mean():{fmt}} ± {s.std():{fmt}}"
+
+
+def parameter_count(model_dir) -> int:
+    """Parameters of a saved checkpoint, read from its safetensors headers (no weights loaded)."""
+    from safetensors import safe_open
+
+    n = 0
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            for k in st.keys():
+                n += math.prod(st.get_slice(k).get_shape())
+    return n
+
+
+def training_columns(manifests: list[Path]) -> dict:
+    """Training tokens, tokens/s (summed step time, across resumptions) and FLOPs of the trained
+    model's forward and backward passes (6 x parameters x tokens; a teacher's forward passes for
+    alignment or distillation targets are not counted), mean +- sd over seeds."""
+    runs = [read_json(m) for m in manifests]
+    params = [parameter_count(final_checkpoint(m)) for m in manifests]
+    return {"training tokens": mean_sd([r["tokens"] for r in runs]),
+            "training tokens/s": mean_sd([r["tokens"] / r["train_seconds"] for r in runs]),
+            "training FLOPs (6ND)": mean_sd([6 * n * r["tokens"] for n, r in zip(params, runs)], fmt=".3g")}
 
 
 def study_table(config: dict, study: str, results: str = "results") -> tuple[pd.DataFrame, dict]:
@@ -87,6 +111,8 @@ def study_table(config: dict, study: str, results: str = "results") -> tuple[pd.
                         row[f"{e}: {metric}"] = mean_sd(vals)
                         raw += [{"model": model, "run": r, "seed": s, "benchmark": e, "metric": metric, "value": v}
                                 for s, v in zip(seeds, vals)]
+            if spec.get("training_columns") and r != "teacher":
+                row.update(training_columns([Path(results) / "models" / model / r / f"seed{s}" / "train.json" for s in seeds]))
             row["seeds"] = "-" if r == "teacher" else ", ".join(map(str, seeds))
             rows.append(row)
     context = {"study": study, "preset": config["preset"], "models": study_models(config, spec),

@@ -179,7 +179,7 @@ def test_runs_compose_method_defaults_with_their_own_keys():
     assert combo["align"]["lambda"] == 1 and combo["align"]["metric"] == "cos"
     assert combo["distill"]["on_policy"] is True and combo["distill"]["rollout_length"] == 32
     long = resolve_run(cfg, "ed_long")
-    assert long["training"]["steps"] == 750 and long["training"]["batch_size"] == cfg["training"]["batch_size"]
+    assert long["training"]["steps"] == 2 * resolve_run(cfg, "ed")["training"]["steps"] and long["training"]["batch_size"] == cfg["training"]["batch_size"]
     assert long["masking"] == "positional" and long["block_size"] == 8
 
 

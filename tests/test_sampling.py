@@ -85,3 +85,38 @@ def test_bad_decoding_inputs_are_named(model):
     with pytest.raises(ValueError, match="mask token"):
         Conventions(attention="block", shift=False, mask_token_id=None, eos_token_id=EOS, pad_token_id=PAD,
                     block_size=4)
+
+
+class EndsAt(torch.nn.Module):
+    """The fixture model with end-of-text forced at and after absolute position ``at``: prompts of
+    different lengths then finish in different blocks."""
+
+    def __init__(self, inner, at):
+        super().__init__()
+        self.inner, self.at, self.rows = inner, at, []
+
+    def forward(self, **kw):
+        self.rows.append(kw["input_ids"].shape[0])
+        out = self.inner(**kw)
+        out.logits[..., EOS] += 100.0 * (kw["position_ids"] >= self.at)
+        return out
+
+
+@pytest.mark.parametrize("attention", ["block", "bidirectional"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_finished_rows_leave_the_batch_without_changing_any_row(model, attention, temperature):
+    prompts = [[5, 9, 11, 20, 7, 4, 6, 8], [8, 30], [12, 13, 14], [21, 22, 23, 24, 25, 26]]
+    m, c = EndsAt(model, at=11), conv(attention)
+    out, stats = generate_dlm(m, c, prompts, 24, 4, use_cache=attention == "block", temperature=temperature)
+    # the long prompt ends in its first block, the two shortest ones in their third: each forward ran
+    # the rows still decoding only
+    assert [len(o) for o in out] == [3, 9, 8, 5]
+    assert set(m.rows) == {4, 3, 2}
+    alone = [generate_dlm(m, c, [p], 24, 4, use_cache=attention == "block", temperature=temperature)[0][0]
+             for p in prompts] if temperature == 0 else out
+    assert out == alone
+    full, full_stats = generate_dlm(m, c, prompts, 24, 4, use_cache=attention == "block", temperature=temperature,
+                                    stop_at_eos=False)
+    assert stats.steps < full_stats.steps
+    if temperature == 0:
+        assert [f[:len(o)] for f, o in zip(full, out)] == out

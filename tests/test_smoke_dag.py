@@ -111,6 +111,23 @@ def test_tables_figures_and_claims(smoke_run):
         assert p.is_file() and p.stat().st_size > 0, p
     table = (results / "tables" / "repr_align" / "code.md").read_text()
     assert "preset `smoke`" in table and "Reported in the papers" in table and "not at the smoke preset's scale" in table
+    # training columns: tokens and tokens/s from each run's manifest, FLOPs = 6 x parameters x tokens
+    import pandas as pd
+    from transformers import AutoModelForCausalLM
+
+    from ar2dlm.tables import parameter_count
+
+    freezing = pd.read_csv(results / "tables" / "repr_align" / "freezing.csv").set_index("run")
+    for run in ("ra", "ra_freeze"):
+        manifest = json.loads((results / "models" / "tiny" / run / "seed0" / "train.json").read_text())
+        checkpoint = results / "models" / "tiny" / run / "seed0" / f"step_{manifest['steps']}"
+        n = parameter_count(checkpoint)
+        assert n == sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(checkpoint).parameters())
+        assert float(freezing.loc[run, "training tokens"]) == manifest["tokens"]
+        assert float(freezing.loc[run, "training tokens/s"]) == pytest.approx(
+            manifest["tokens"] / manifest["train_seconds"], rel=1e-3)
+        assert float(freezing.loc[run, "training FLOPs (6ND)"]) == pytest.approx(6 * n * manifest["tokens"], rel=1e-2)
+    assert pd.isna(freezing.loc["teacher", "training tokens"])
     claims = (results / "claims.csv").read_text()
     assert claims.count("inconclusive (fewer than 3 seeds)") == 12  # one seed per study in the smoke preset
 

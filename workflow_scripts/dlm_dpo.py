@@ -1,7 +1,7 @@
 from ar2dlm.armap.dpo import train_dlm_dpo
 from ar2dlm.armap.pipeline import preference_rows
 from ar2dlm.provenance import log_to
-from ar2dlm.training.trainer import final_checkpoint
+from ar2dlm.runs import final_checkpoint
 
 log_to(snakemake.log[0], snakemake.threads)
 cfg, inp, wc = snakemake.params.cfg, snakemake.input, snakemake.wildcards

@@ -42,11 +42,6 @@ def checkpoint_steps(out_dir: Path) -> list[int]:
     return sorted(steps)
 
 
-def final_checkpoint(manifest) -> Path:
-    """The last checkpoint of a finished run, from its manifest (train.json)."""
-    return Path(manifest).parent / f"step_{read_json(manifest)['steps']}"
-
-
 def keep_matching_checkpoints(out_dir: Path, settings: dict) -> dict:
     """Checkpoints resume only a run with the same settings, recorded in each checkpoint. Those of
     other settings (a changed config, or no record) are moved to ``superseded/<time>/``, never

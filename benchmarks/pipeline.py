@@ -1,0 +1,85 @@
+"""Wall time of a whole target from a clean results directory, and where the time goes.
+
+    python benchmarks/pipeline.py --workdir /tmp/tiny_run [--configfile config/presets/smoke.yaml] [--cores 2]
+    python benchmarks/pipeline.py --workdir . --no-run      # only read an existing run's benchmark files
+
+Runs ``snakemake <target>`` (default all_tables) in ``--workdir`` (which must hold no results/ yet)
+and times it, then reads the per-job files Snakemake's ``benchmark:`` directive wrote under
+results/benchmarks/ and prints, as Markdown: the wall time against the budget, the summed job
+seconds and CPU seconds per stage, and the slowest jobs. Writes the same as JSON (--out).
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def job_times(results: Path) -> pd.DataFrame:
+    """One row per job: stage (the benchmark folder), job, wall seconds, CPU seconds, peak RSS (MB)."""
+    rows = []
+    for f in sorted((results / "benchmarks").glob("*/*.tsv")):
+        last = pd.read_csv(f, sep="\t").iloc[-1]
+        rows.append({"stage": f.parent.name, "job": f.stem, "s": float(last["s"]),
+                     "cpu_s": float(last["cpu_time"]), "max_rss_mb": float(last["max_rss"])})
+    if not rows:
+        raise SystemExit(f"no benchmark files under {results / 'benchmarks'}: run the target first")
+    return pd.DataFrame(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", required=True, help="where results/ is written (must have none unless --no-run)")
+    ap.add_argument("--target", default="all_tables")
+    ap.add_argument("--configfile", default=None, help="a preset or override file (default: the embedded tiny preset)")
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--budget-min", type=float, default=45.0)
+    ap.add_argument("--no-run", action="store_true", help="only summarise the benchmark files already there")
+    ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--out", default=None, help="JSON summary (default: <workdir>/results/bench/pipeline.json)")
+    args = ap.parse_args()
+
+    work = Path(args.workdir).resolve()
+    results = work / "results"
+    wall = None
+    if not args.no_run:
+        if results.exists():
+            raise SystemExit(f"{results} exists: the timing is from a clean results directory (move it away first)")
+        work.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), args.target, "--cores", str(args.cores)]
+        if args.configfile:
+            cmd += ["--configfile", str(Path(args.configfile).resolve())]
+        t0 = time.time()
+        proc = subprocess.run(cmd, cwd=work)
+        wall = time.time() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"snakemake {args.target} failed (exit {proc.returncode}) after {wall:.0f} s")
+
+    jobs = job_times(results)
+    stages = (jobs.groupby("stage").agg(jobs=("job", "size"), job_s=("s", "sum"), cpu_s=("cpu_s", "sum"),
+                                        slowest_s=("s", "max")).sort_values("job_s", ascending=False).round(1))
+    slowest = jobs.sort_values("s", ascending=False).head(args.top).round(1)
+    summary = {"target": args.target, "configfile": args.configfile, "cores": args.cores,
+               "wall_seconds": None if wall is None else round(wall, 1), "budget_minutes": args.budget_min,
+               "jobs": len(jobs), "job_seconds": round(jobs.s.sum(), 1), "cpu_seconds": round(jobs.cpu_s.sum(), 1),
+               "stages": stages.reset_index().to_dict("records"), "slowest": slowest.to_dict("records")}
+    out = Path(args.out) if args.out else results / "bench" / "pipeline.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2))
+
+    if wall is not None:
+        verdict = "within" if wall <= 60 * args.budget_min else "over"
+        print(f"{args.target}: {wall / 60:.1f} min wall on {args.cores} cores ({verdict} the {args.budget_min:g}-minute budget)")
+    print(f"{len(jobs)} jobs, {jobs.s.sum() / 60:.1f} job-minutes, {jobs.cpu_s.sum() / 60:.1f} CPU-minutes\n")
+    print(stages.to_markdown(), "\n")
+    print(slowest.to_markdown(index=False))
+
+
+if __name__ == "__main__":
+    main()
