@@ -80,8 +80,8 @@ def training_columns(manifests: list[Path]) -> dict:
     alignment or distillation targets are not counted), mean +- sd over seeds."""
     runs = [read_json(m) for m in manifests]
     params = [parameter_count(final_checkpoint(m)) for m in manifests]
-    return {"training tokens": mean_sd([r["tokens"] for r in runs]),
-            "training tokens/s": mean_sd([r["tokens"] / r["train_seconds"] for r in runs]),
+    return {"training tokens": mean_sd([r["tokens"] for r in runs], fmt=".0f"),
+            "training tokens/s": mean_sd([r["tokens"] / r["train_seconds"] for r in runs], fmt=".0f"),
             "training FLOPs (6ND)": mean_sd([6 * n * r["tokens"] for n, r in zip(params, runs)], fmt=".3g")}
 
 
@@ -136,13 +136,14 @@ def study_header(context: dict) -> str:
 def write_table(table: pd.DataFrame, title: str, header: str, preset: str, md_path, csv_path, tex_path,
                 reported: pd.DataFrame | None = None) -> None:
     """One table as Markdown (title, provenance header, the papers' numbers under it), CSV and LaTeX."""
-    md = [f"# {title}", "", header, "", table.to_markdown(index=False), ""]
+    shown = table.fillna("-")  # cells a row has no value for (the teacher's training columns)
+    md = [f"# {title}", "", header, "", shown.to_markdown(index=False), ""]
     if reported is not None and len(reported):
         md += ["Reported in the papers (with source):", "", reported.to_markdown(index=False), ""]
     Path(md_path).write_text("\n".join(md))
     table.assign(preset=preset).to_csv(csv_path, index=False)
     caption = f"{title}. {header}".replace("`", "").replace("±", "$\\pm$").replace("_", "\\_")
-    Path(tex_path).write_text(table.to_latex(index=False, caption=caption, label=f"tab:{title}")
+    Path(tex_path).write_text(shown.to_latex(index=False, caption=caption, label=f"tab:{title}")
                               .replace("±", "$\\pm$"))
 
 

@@ -125,7 +125,7 @@ def test_tables_figures_and_claims(smoke_run):
         assert n == sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(checkpoint).parameters())
         assert float(freezing.loc[run, "training tokens"]) == manifest["tokens"]
         assert float(freezing.loc[run, "training tokens/s"]) == pytest.approx(
-            manifest["tokens"] / manifest["train_seconds"], rel=1e-3)
+            manifest["tokens"] / manifest["train_seconds"], abs=0.5)
         assert float(freezing.loc[run, "training FLOPs (6ND)"]) == pytest.approx(6 * n * manifest["tokens"], rel=1e-2)
     assert pd.isna(freezing.loc["teacher", "training tokens"])
     claims = (results / "claims.csv").read_text()
@@ -198,14 +198,16 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
         work.mkdir()
         env = dict(cluster.env, HF_HUB_OFFLINE="1")
         t0 = time.time()
-        # all_models (data, teacher, every conversion) and the tables of one study: all_tables whole runs
-        # its ~150 short jobs as serial job steps here, over 12 minutes on 2 cores
+        # all_models (data, teacher, every conversion) and the tables of one study. The whole all_tables
+        # (~250 jobs) takes over 20 minutes here: the SLURM plugin runs a group job's members with
+        # --jobs 1 (one at a time, snakemake-executor-plugin-slurm issue #469), each through srun and
+        # a fresh Snakemake process
         targets = ["all_models", "results/tables/repr_align/code.md"]
         proc = subprocess.run([*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(profile), *targets,
                                "--configfile", SMOKE], cwd=work, env=env, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-4000:]
         assert "has been submitted with SLURM jobid" in proc.stderr + proc.stdout
-        print(f"smoke all_models through SLURM: {time.time() - t0:.0f} s")
+        print(f"smoke all_models and one table through SLURM: {time.time() - t0:.0f} s")
         # the cluster produced what a local run produces: the same data, and the same trained weights up to
         # float reordering (a job's thread count may differ from the local run's)
         from safetensors.torch import load_file
@@ -216,8 +218,8 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
             a = load_file(work / "results/models/tiny" / rel / "model.safetensors")
             b = load_file(smoke_run / "results/models/tiny" / rel / "model.safetensors")
             assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a), rel
-        table = (work / "results/tables/repr_align/code.md").read_text()
-        assert table == (smoke_run / "results/tables/repr_align/code.md").read_text()
+        table = "results/tables/repr_align/code.csv"
+        assert (work / table).read_text() == (smoke_run / table).read_text()
 
         # a longer run, cancelled through SLURM after its first checkpoint, resumes on the rerun
         override = tmp_path / "long.yaml"

@@ -29,9 +29,12 @@ from ..sampling import generate
 @register_model("ar2dlm")
 class HarnessLM(LM):
     def __init__(self, pretrained: str, batch_size: int | str = 16, elbo_samples: int = 32, threshold: float = 0.9,
-                 block_size: int | None = None, max_gen_toks: int = 256, seed: int = 0, **kwargs):
+                 block_size: int | None = None, max_gen_toks: int = 256, seed: int = 0,
+                 dtype: torch.dtype | str | None = None, **kwargs):
         super().__init__()
-        self.model, self.tokenizer, info = load_model(pretrained)
+        if isinstance(dtype, str):  # from lm-eval's model_args, e.g. dtype=bfloat16
+            dtype = getattr(torch, dtype)
+        self.model, self.tokenizer, info = load_model(pretrained, dtype=dtype)
         self.conv = Conventions.from_dict(info)
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16
         self.elbo_samples, self.threshold, self.seed = int(elbo_samples), float(threshold), int(seed)

@@ -8,12 +8,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from ..config import deep_merge
 from ..conventions import Conventions
 from ..models import load_model
 from ..provenance import library_versions, read_jsonl, write_jsonl
 
 KINDS = ("code", "math", "harness", "embeddings", "throughput", "likelihood")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def benchmark_settings(config: dict, name: str) -> dict:
@@ -54,11 +57,11 @@ def _math(model, tok, conv, spec, inputs, seed):
     return evaluate_math(model, tok, conv, items[: spec["limit"]] if spec.get("limit") else items, spec, seed=seed)
 
 
-def _harness(model_dir, spec, inputs, seed):
+def _harness(model_dir, spec, inputs, seed, dtype):
     from .harness import HarnessLM, evaluate_harness, local_task
 
     lm = HarnessLM(model_dir, batch_size=spec["batch_size"], elbo_samples=spec["elbo_samples"],
-                   threshold=spec["threshold"], block_size=spec.get("block_size"), seed=seed)
+                   threshold=spec["threshold"], block_size=spec.get("block_size"), seed=seed, dtype=dtype)
     with tempfile.TemporaryDirectory() as tmp:
         task = spec["task"]
         if spec["local"]:
@@ -106,13 +109,14 @@ def run_benchmark(name: str, spec: dict, model_dir: str | Path, inputs: dict, *,
     if kind not in KINDS:
         raise ValueError(f"unknown benchmark kind {kind!r} (known: {', '.join(KINDS)})")
     info = {}
+    dtype = DTYPES[spec.get("dtype", "fp32")]
     if kind == "harness":
         from ..models import load_conventions
 
         info = load_conventions(model_dir)
-        result = _harness(str(model_dir), spec, inputs, seed)
+        result = _harness(str(model_dir), spec, inputs, seed, dtype)
     else:
-        model, tok, info = load_model(model_dir)
+        model, tok, info = load_model(model_dir, dtype=dtype)
         conv = Conventions.from_dict(info)
         if kind == "embeddings":
             result = _embeddings(model, tok, conv, spec, inputs, seed, name)

@@ -205,7 +205,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     train_seconds = sum(r["step_s"] for r in read_jsonl(log_path)) if rank == 0 else None
     return {"run": run["name"], "model": model_name, "seed": seed, "steps": tr["steps"], "resumed_from": start,
             "checkpoints": checkpoint_steps(out_dir), "wall_seconds": round(time.time() - t_run, 1),
-            "train_seconds": None if train_seconds is None else round(train_seconds, 1), "tokens": tokens_total * world}
+            "train_seconds": None if train_seconds is None else round(train_seconds, 4), "tokens": tokens_total * world}
 
 
 def save_checkpoint(model, tokenizer, opt, gen_states: list, out_dir: Path, step: int, conv: Conventions,
