@@ -49,8 +49,8 @@ def main():
     results = work / "results"
     wall = None
     if not args.no_run:
-        if results.exists():
-            raise SystemExit(f"{results} exists: the timing is from a clean results directory (move it away first)")
+        if results.exists() and any(p.name != "README.md" for p in results.iterdir()):
+            raise SystemExit(f"{results} holds results: the timing is from a clean results directory (move them away first)")
         work.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), args.target, "--cores", str(args.cores)]
         if args.configfile:
