@@ -4,10 +4,10 @@ objectives (alignment, distillation) and options. ``resolve_run`` gives the comp
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 from .config import ConfigError, deep_merge
+from .provenance import read_json
 
 _BASE = {"init": "ar", "attention": "bidirectional", "block_size": None, "shift": True, "masking": "uniform",
          "positional_beta": 0.0, "loss_weight": "inverse_t", "data": "subset", "align": None, "freeze": [],
@@ -164,7 +164,7 @@ def conversion_jobs(config: dict) -> list[tuple[str, str, int]]:
 
 def final_checkpoint(manifest) -> Path:
     """The last checkpoint of a finished run, from its manifest (train.json)."""
-    return Path(manifest).parent / f"step_{json.loads(Path(manifest).read_text())['steps']}"
+    return Path(manifest).parent / f"step_{read_json(manifest)['steps']}"
 
 
 def checkpoint_steps_of(run: dict) -> list[int]:

@@ -8,15 +8,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from ..config import deep_merge
 from ..conventions import Conventions
 from ..models import load_model
 from ..provenance import library_versions, read_jsonl, write_jsonl
 
 KINDS = ("code", "math", "harness", "embeddings", "throughput", "likelihood")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # torch dtype names; torch loads with the model, not at DAG build
 
 
 def benchmark_settings(config: dict, name: str) -> dict:
@@ -109,7 +107,9 @@ def run_benchmark(name: str, spec: dict, model_dir: str | Path, inputs: dict, *,
     if kind not in KINDS:
         raise ValueError(f"unknown benchmark kind {kind!r} (known: {', '.join(KINDS)})")
     info = {}
-    dtype = DTYPES[spec.get("dtype", "fp32")]
+    import torch
+
+    dtype = getattr(torch, DTYPES[spec.get("dtype", "fp32")])
     if kind == "harness":
         from ..models import load_conventions
 
