@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from .provenance import read_json
-from .runs import resolve_run
-from .tables import TABLE_METRICS, eval_file, study_seeds
+from .runs import resolve_run, study_seeds
+from .tables import TABLE_METRICS, eval_file
 
 CLAIMS = [
     # (id, paper, claim, study, a, b, test, option)
@@ -84,6 +84,11 @@ def _verdict(diffs: list[float], test: str) -> tuple[str, float, float]:
     raise ValueError(f"unknown test {test!r}")
 
 
+def _paired_seeds(config: dict, spec: dict, runs: list[str]) -> list[int]:
+    """The seeds every one of the compared runs has in the study (differences are paired by seed)."""
+    return sorted(set.intersection(*(set(study_seeds(config, spec, r)) for r in runs)))
+
+
 def claim_inputs(config: dict, results: str = "results") -> list[str]:
     """The evaluation and AR-MAP files the claims read: every run of each claim's study on the
     study's first benchmark at its final step, the teacher, and the AR-MAP gamma curves."""
@@ -129,14 +134,14 @@ def evaluate_claims(config: dict, results: str = "results") -> pd.DataFrame:
             bench = spec["evals"][0]
             model = spec.get("models", resolve_run(config, spec["runs"][0])["models"])[0]
             if test == "near_best":
-                seeds = study_seeds(config, spec, a)
+                seeds = _paired_seeds(config, spec, spec["runs"])
                 means = {r: [_value(config, results, bench, model, r, s, option) for s in seeds] for r in spec["runs"]}
                 best = max((r for r in spec["runs"] if r != a), key=lambda r: sum(means[r]))
                 diffs = [x - y for x, y in zip(means[a], means[best])]
                 measure = f"{bench} {_metric(config, bench)}: {a} minus the best other run ({best})"
             else:
                 a_run = a or spec["runs"][0]
-                seeds = study_seeds(config, spec, a_run)
+                seeds = _paired_seeds(config, spec, [a_run] + ([] if b == "teacher" else [b]))
                 va = [_value(config, results, bench, model, a_run, s, option) for s in seeds]
                 vb = [_value(config, results, bench, model, b, None if b == "teacher" else s, option) for s in seeds]
                 diffs = [x - y for x, y in zip(va, vb)]

@@ -106,6 +106,9 @@ def check_runs(config: dict) -> None:
         for r in spec["runs"]:
             if r not in config["runs"]:
                 raise ConfigError(f"studies.{study}.runs", f"{r!r} is not a key of runs")
+        for r in spec.get("run_seeds", {}):
+            if r not in spec["runs"]:
+                raise ConfigError(f"studies.{study}.run_seeds", f"{r!r} is not one of the study's runs ({', '.join(spec['runs'])})")
         for m in spec.get("models", []):
             if m not in models:
                 raise ConfigError(f"studies.{study}.models", f"{m!r} is not a key of models")
@@ -147,6 +150,11 @@ def check_evals(config: dict) -> None:
                                       f"not divide the generation length {b['max_new_tokens']}")
 
 
+def study_seeds(config: dict, spec: dict, run: str) -> list[int]:
+    """Seeds of one run in a study: its entry in the study's run_seeds, else the study's seeds, else the run's."""
+    return spec.get("run_seeds", {}).get(run, spec.get("seeds", resolve_run(config, run)["seeds"]))
+
+
 def conversion_jobs(config: dict) -> list[tuple[str, str, int]]:
     """Every (model, run, seed) to train: each run on its models with its seeds, plus the seeds
     and models each study asks of it."""
@@ -158,7 +166,7 @@ def conversion_jobs(config: dict) -> list[tuple[str, str, int]]:
         for name in spec["runs"]:
             run = resolve_run(config, name)
             models = [m for m in spec.get("models", run["models"]) if m in run["models"]]
-            jobs.update((m, name, s) for m in models for s in spec.get("seeds", run["seeds"]))
+            jobs.update((m, name, s) for m in models for s in study_seeds(config, spec, name))
     return sorted(jobs)
 
 
@@ -183,7 +191,7 @@ def eval_jobs(config: dict) -> tuple[list[tuple], list[tuple]]:
             models = [m for m in spec.get("models", run["models"]) if m in run["models"]]
             steps = checkpoint_steps_of(run) if spec.get("checkpoints") == "all" else [run["training"]["steps"]]
             conversions.update((e, m, name, s, k) for e in spec["evals"] for m in models
-                               for s in spec.get("seeds", run["seeds"]) for k in steps)
+                               for s in study_seeds(config, spec, name) for k in steps)
             teachers.update((e, m) for e in spec["evals"] for m in models)
     return sorted(conversions), sorted(teachers)
 
@@ -213,6 +221,14 @@ def check_armap(config: dict) -> None:
     for m in a["eval_merges"]:
         if m not in a["merges"]:
             raise ConfigError("armap.eval_merges", f"{m!r} is not a key of armap.merges")
+    for m, seeds in a.get("merge_seeds", {}).items():
+        if m not in a["merges"]:
+            raise ConfigError("armap.merge_seeds", f"{m!r} is not a key of armap.merges")
+        if m in a["eval_merges"] or m == "task_arithmetic":
+            raise ConfigError(f"armap.merge_seeds.{m}", "the evaluated merges and task arithmetic (the claims' "
+                              "merge) are searched on every seed of armap.seeds")
+        if not set(seeds) <= set(a["seeds"]):
+            raise ConfigError(f"armap.merge_seeds.{m}", f"{sorted(set(seeds) - set(a['seeds']))} not in armap.seeds {a['seeds']}")
     for part in ("dpo", "gamma", "dlm_dpo"):
         n = a[part]["eval_pairs"]
         for d in a["domains"]:
@@ -220,6 +236,12 @@ def check_armap(config: dict) -> None:
             if n is not None and n > have:
                 raise ConfigError(f"armap.{part}.eval_pairs", f"{n} pairs asked, larger than the {have} held-out "
                                   f"{d} pairs (data.preferences)")
+
+
+def search_seeds(config: dict, merge: str) -> list[int]:
+    """Seeds on which one merge's gamma is searched: its armap.merge_seeds entry, else armap.seeds."""
+    a = config["armap"]
+    return a.get("merge_seeds", {}).get(merge, a["seeds"])
 
 
 def armap_jobs(config: dict) -> dict:
@@ -232,7 +254,8 @@ def armap_jobs(config: dict) -> dict:
     jobs = {
         "dpo": [(m, d) for m in models for d in doms],
         "spectra": [(m, r, s, d) for m, r, s in dlms for d in a["domains"]],
-        "search": [(m, r, s, d, g) for m, r, s in dlms for d in a["domains"] for g in a["merges"]],
+        "search": [(m, r, s, d, g) for m, r, s in dlms for d in a["domains"] for g in a["merges"]
+                   if s in search_seeds(config, g)],
         "dlm_dpo": [(m, r, s, d) for m, r, s in dlms for d in a["domains"]],
         "dlms": dlms,
     }

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from .provenance import read_json
-from .runs import checkpoint_steps_of, final_checkpoint, resolve_run
+from .runs import checkpoint_steps_of, final_checkpoint, resolve_run, study_seeds
 
 FIGURE_KINDS = ("lambda", "steps", "throughput", "tokens_per_step", "budget")
 # The metrics a table shows per benchmark kind (others stay in the evaluation JSONs).
@@ -32,10 +32,6 @@ def eval_file(results: str, benchmark: str, model: str, run: str, seed: int | No
 def study_models(config: dict, spec: dict) -> list[str]:
     models = spec.get("models")
     return models or sorted({m for r in spec["runs"] for m in resolve_run(config, r)["models"]})
-
-
-def study_seeds(config: dict, spec: dict, run: str) -> list[int]:
-    return spec.get("seeds", resolve_run(config, run)["seeds"])
 
 
 def study_inputs(config: dict, study: str, results: str = "results") -> list[str]:

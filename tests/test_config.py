@@ -141,6 +141,10 @@ BAD_CONFIGS = [
      "eval.benchmarks.synthetic_code_sampled.temperature", "need a temperature above 0"),
     ({"armap": {"domains": ["poetry"]}}, "armap.domains", "'poetry' is not a key of data.preferences.domains"),
     ({"armap": {"merges": {"ties": {"density": 1.5}}}}, "armap.merges.ties.density", "maximum"),
+    ({"armap": {"merge_seeds": {"ties": [0, 4]}}}, "armap.merge_seeds.ties", "[4] not in armap.seeds"),
+    ({"armap": {"merge_seeds": {"task_arithmetic": [0]}}}, "armap.merge_seeds.task_arithmetic", "every seed"),
+    ({"studies": {"repr_align/code": {"run_seeds": {"ra_l1": [0]}}}}, "studies.repr_align/code.run_seeds",
+     "'ra_l1' is not one of the study's runs"),
     ({"eval": {"benchmarks": {"mine": {"kind": "code", "source": "path", "format": "evalplus", "dataset": "humaneval",
                                        "style": "body", "max_new_tokens": 16, "parallel": 1, "limit": None,
                                        "n_samples": 1, "temperature": 0}}}}, "eval.benchmarks.mine", "'path' is a required"),
@@ -190,3 +194,22 @@ def test_smoke_extends_tiny_with_the_same_grid():
     smoke = merge_preset({"preset": "smoke"}, REPO / "config")
     assert set(smoke["runs"]) == set(tiny["runs"]) and set(smoke["studies"]) == set(tiny["studies"])
     assert smoke["training"]["steps"] < tiny["training"]["steps"] and "extends" not in smoke
+
+
+def test_run_seeds_and_merge_seeds_narrow_the_jobs():
+    from ar2dlm.config import merge_preset
+    from ar2dlm.claims import claim_inputs
+    from ar2dlm.runs import armap_jobs, conversion_jobs, eval_jobs, study_seeds
+
+    cfg = merge_preset({"preset": "tiny"}, REPO / "config")
+    spec = cfg["studies"]["repr_align/code"]
+    assert study_seeds(cfg, spec, "scratch") == [0] and study_seeds(cfg, spec, "ra") == [0, 1, 2]
+    assert {s for _, r, s in conversion_jobs(cfg) if r == "scratch"} == {0}
+    sampled = {(r, s) for b, _, r, s, _ in eval_jobs(cfg)[0] if b == "synthetic_code_sampled"}
+    assert ("scratch", 1) not in sampled and ("mdlm", 2) in sampled
+    assert not any("/scratch/seed1/" in p for p in claim_inputs(cfg))  # claims pair ra and mdlm on their seeds
+    search = {(s, g) for _, _, s, _, g in armap_jobs(cfg)["search"]}
+    assert {s for s, g in search if g == "task_arithmetic"} == {0, 1, 2}
+    assert {s for s, g in search if g in ("ties", "dare")} == {0}
+    cfg["armap"].pop("merge_seeds")
+    assert {s for _, _, s, _, g in armap_jobs(cfg)["search"] if g == "ties"} == {0, 1, 2}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..provenance import read_json
-from ..runs import resolve_run
+from ..runs import resolve_run, search_seeds
 from ..tables import TABLE_METRICS, mean_sd
 
 
@@ -22,7 +22,7 @@ def armap_report_inputs(config: dict, results: str = "results") -> list[str]:
     a, out = config["armap"], []
     for m, r, s in _dlms(config):
         base = Path(results) / "armap" / m / r / f"seed{s}"
-        out += [str(base / d / g / "gamma.json") for d in a["domains"] for g in a["merges"]]
+        out += [str(base / d / g / "gamma.json") for d in a["domains"] for g in a["merges"] if s in search_seeds(config, g)]
         out += [str(base / d / "spectra.csv") for d in a["domains"]]
         step = resolve_run(config, r)["training"]["steps"]
         for d in a["domains"]:
@@ -65,7 +65,7 @@ def merges_table(config: dict, results: str = "results") -> pd.DataFrame:
     for d in a["domains"]:
         for g in a["merges"]:
             curves = [read_json(Path(results) / "armap" / m / r / f"seed{s}" / d / g / "gamma.json")
-                      for m, r, s in _dlms(config)]
+                      for m, r, s in _dlms(config) if s in search_seeds(config, g)]
             test = [{c["gamma"]: c["test_reward_accuracy"] for c in cv["curve"]} for cv in curves]
             rows.append({"domain": d, "merge": g, "gamma_hat": mean_sd([c["gamma_hat"] for c in curves]),
                          "test reward acc. at gamma_hat": mean_sd([t[c["gamma_hat"]] for t, c in zip(test, curves)]),
@@ -83,10 +83,12 @@ def gamma_figure(config: dict, pdf_path, png_path, results: str = "results") -> 
     fig, axes = plt.subplots(1, len(a["domains"]), figsize=(4.2 * len(a["domains"]), 3.3), squeeze=False)
     for ax, d in zip(axes[0], a["domains"]):
         for g in a["merges"]:
-            rows = [c for m, r, s in _dlms(config)
+            seeds = search_seeds(config, g)
+            rows = [c for m, r, s in _dlms(config) if s in seeds
                     for c in read_json(Path(results) / "armap" / m / r / f"seed{s}" / d / g / "gamma.json")["curve"]]
             df = pd.DataFrame(rows).groupby("gamma")["test_reward_accuracy"].agg(["mean", "std"]).fillna(0).reset_index()
-            ax.errorbar(df["gamma"], df["mean"], yerr=df["std"], marker="o", capsize=3, label=g)
+            label = g if seeds == a["seeds"] else f"{g} (seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))})"
+            ax.errorbar(df["gamma"], df["mean"], yerr=df["std"], marker="o", capsize=3, label=label)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_xlabel("gamma")
         ax.set_ylabel("batch reward accuracy (held-out half)")
