@@ -189,11 +189,14 @@ def test_runs_compose_method_defaults_with_their_own_keys():
 
 def test_smoke_extends_tiny_with_the_same_grid():
     from ar2dlm.config import merge_preset
+    from ar2dlm.runs import resolve_run
 
     tiny = merge_preset({"preset": "tiny"}, REPO / "config")
     smoke = merge_preset({"preset": "smoke"}, REPO / "config")
     assert set(smoke["runs"]) == set(tiny["runs"]) and set(smoke["studies"]) == set(tiny["studies"])
     assert smoke["training"]["steps"] < tiny["training"]["steps"] and "extends" not in smoke
+    # a run with its own step budget in tiny must not keep it in smoke
+    assert all(resolve_run(smoke, r)["training"]["steps"] <= 2 * smoke["training"]["steps"] for r in smoke["runs"])
 
 
 def test_run_seeds_and_merge_seeds_narrow_the_jobs():
@@ -213,3 +216,20 @@ def test_run_seeds_and_merge_seeds_narrow_the_jobs():
     assert {s for s, g in search if g in ("ties", "dare")} == {0}
     cfg["armap"].pop("merge_seeds")
     assert {s for _, _, s, _, g in armap_jobs(cfg)["search"] if g == "ties"} == {0, 1, 2}
+
+
+def test_config_files_have_no_duplicate_keys():
+    """YAML keeps the last of two equal keys silently; in a preset that drops settings."""
+
+    class Strict(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node):
+        keys = [loader.construct_object(k) for k, _ in node.value]
+        dup = {k for k in keys if keys.count(k) > 1}
+        assert not dup, f"duplicate keys {dup} at line {node.start_mark.line + 1}"
+        return loader.construct_mapping(node)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    for path in sorted((REPO / "config").rglob("*.yaml")) + [REPO / "slurm" / "config.yaml"]:
+        yaml.load(path.read_text(), Loader=Strict)
