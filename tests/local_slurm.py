@@ -44,6 +44,7 @@ def _free_port() -> int:
 
 class LocalSlurm:
     def __init__(self, root: Path, cpus: int | None = None):
+        """cpus: the CPUs the node advertises (default: this machine's); more than it has oversubscribes."""
         self.root = Path(root)
         self.host = socket.gethostname().split(".")[0]
         self.cpus = cpus or os.cpu_count()
@@ -86,6 +87,7 @@ JobCompType=jobcomp/none
 ReturnToService=2
 SlurmdTimeout=60
 MinJobAge=300
+SlurmdParameters=config_overrides
 NodeName={self.host} CPUs={self.cpus} RealMemory={mem} State=UNKNOWN
 PartitionName=cpu Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
 """)

@@ -161,6 +161,12 @@ def test_decode_benchmark_rule(smoke_run):
     assert len(train["wall_seconds"]) == 23 and "no CUDA" in train["gpu"]
 
 
+# Jobs at once on the local cluster, whose node advertises as many CPUs on this machine's 2 cores: a
+# job spends much of its time in SLURM and Snakemake latency (the plugin's status checks back off up
+# to 180 s while no job finishes), so two jobs per core keep the cores busy.
+LANES = 4
+
+
 def _slurm_profile(path, jobs_dir):
     """The repo's SLURM profile mapped onto the local CPU partition: no GPUs, small memory, the
     status read from squeue (no accounting), many small jobs grouped into a few submissions."""
@@ -168,15 +174,16 @@ def _slurm_profile(path, jobs_dir):
     cpu = {"slurm_partition": "cpu", "mem_mb": 3000, "runtime": "30m"}
     profile["default-resources"] = dict(cpu)
     profile["set-resources"] = {rule: dict(cpu, cpus_per_task=1) for rule in profile["set-resources"]}
-    groups = {rule: "work" for rule in ("convert", "evaluate_checkpoint", "evaluate_teacher", "evaluate_armap_model",
+    groups = {rule: "prep" for rule in ("synthetic_suites", "tokenizer", "corpus", "teacher")}  # a chain: one job
+    groups |= {rule: "work" for rule in ("convert", "evaluate_checkpoint", "evaluate_teacher", "evaluate_armap_model",
                                         "evaluate_dlm_dpo", "evaluate_teacher_dpo", "gamma_search", "dlm_dpo",
                                         "dpo_teacher", "armap_spectra", "preferences")}
     # The plugin runs a group job's members one at a time (--jobs 1 inside the job, plugin issue #469):
-    # each group job asks one CPU (cores: 1) and two of them share the 2-CPU node.
-    profile.update({"cores": 1, "resources": ["mem_mb=6000"], "jobs": 2, "latency-wait": 5, "retries": 0,
+    # each group job asks one CPU (cores: 1), and LANES of them share the node.
+    profile.update({"cores": 1, "resources": [f"mem_mb={3000 * LANES}"], "jobs": LANES, "latency-wait": 5, "retries": 0,
                     "slurm-status-command": "squeue", "slurm-no-account": True,
                     "slurm-init-seconds-before-status-checks": 1, "slurm-logdir": str(jobs_dir),
-                    "groups": [f"{k}={v}" for k, v in groups.items()], "group-components": ["work=20"]})
+                    "groups": [f"{k}={v}" for k, v in groups.items()], "group-components": ["work=3"]})
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.yaml").write_text(yaml.safe_dump(profile))
     return path
@@ -206,7 +213,7 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
     why = install()
     if why:
         pytest.skip(f"no local SLURM: {why}")
-    cluster = LocalSlurm(tmp_path / "cluster").start()
+    cluster = LocalSlurm(tmp_path / "cluster", cpus=LANES).start()
     try:
         profile = _slurm_profile(tmp_path / "profile", tmp_path / "slurm_logs")
         work = tmp_path / "work"
