@@ -169,7 +169,7 @@ LANES = 4
 
 def _slurm_profile(path, jobs_dir):
     """The repo's SLURM profile mapped onto the local CPU partition: no GPUs, small memory, the
-    status read from squeue (no accounting), many small jobs grouped into a few submissions."""
+    status read from squeue (no accounting), many short jobs packed into small group jobs."""
     profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
     cpu = {"slurm_partition": "cpu", "mem_mb": 3000, "runtime": "30m"}
     profile["default-resources"] = dict(cpu)
