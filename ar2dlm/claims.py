@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from .provenance import read_json
-from .runs import resolve_run, study_seeds
+from .runs import armap_dlms, resolve_run, study_seeds
 from .tables import TABLE_METRICS, eval_file
 
 CLAIMS = [
@@ -94,7 +94,7 @@ def claim_inputs(config: dict, results: str = "results") -> list[str]:
     study's first benchmark at its final step, the teacher, and the AR-MAP gamma curves."""
     a = config["armap"]
     paths = [str(Path(results) / "armap" / m / r / f"seed{s}" / d / "task_arithmetic" / "gamma.json")
-             for r in a["runs"] for m in resolve_run(config, r)["models"] for s in a["seeds"] for d in a["domains"]]
+             for m, r, s in armap_dlms(config) for d in a["domains"]]
     for study in {c[3] for c in CLAIMS} - {"armap"}:
         spec = config["studies"].get(study)
         if spec is None:
@@ -114,17 +114,15 @@ def evaluate_claims(config: dict, results: str = "results") -> pd.DataFrame:
         base = {"id": cid, "paper": paper, "claim": text, "study": study}
         if study == "armap":
             diffs, detail = [], []
-            for r in config["armap"]["runs"]:
-                for m in resolve_run(config, r)["models"]:
-                    for s in config["armap"]["seeds"]:
-                        for d in config["armap"]["domains"]:
-                            g = read_json(Path(results) / "armap" / m / r / f"seed{s}" / d / "task_arithmetic" / "gamma.json")
-                            if option == "gamma_hat":
-                                diffs.append(g["gamma_hat"] - 1.0)
-                            else:
-                                test_curve = {c["gamma"]: c["test_reward_accuracy"] for c in g["curve"]}
-                                diffs.append(test_curve[g["gamma_hat"]] - test_curve.get(1, test_curve.get(1.0)))
-                            detail.append(f"{d}/seed{s}")
+            for m, r, s in armap_dlms(config):
+                for d in config["armap"]["domains"]:
+                    g = read_json(Path(results) / "armap" / m / r / f"seed{s}" / d / "task_arithmetic" / "gamma.json")
+                    if option == "gamma_hat":
+                        diffs.append(g["gamma_hat"] - 1.0)
+                    else:
+                        test_curve = {c["gamma"]: c["test_reward_accuracy"] for c in g["curve"]}
+                        diffs.append(test_curve[g["gamma_hat"]] - test_curve.get(1, test_curve.get(1.0)))
+                    detail.append(f"{d}/seed{s}")
             measure = "gamma_hat - 1" if option == "gamma_hat" else "test reward accuracy at gamma_hat minus at gamma 1"
         else:
             spec = config["studies"].get(study)

@@ -244,11 +244,17 @@ def search_seeds(config: dict, merge: str) -> list[int]:
     return a.get("merge_seeds", {}).get(merge, a["seeds"])
 
 
+def armap_dlms(config: dict) -> list[tuple[str, str, int]]:
+    """The DLMs that receive AR-MAP's vector: (model, run, seed) for each of armap.runs and armap.seeds."""
+    a = config["armap"]
+    return [(m, r, s) for r in a["runs"] for m in resolve_run(config, r)["models"] for s in a["seeds"]]
+
+
 def armap_jobs(config: dict) -> dict:
     """AR-MAP's outputs: DPO'd teachers, and per DLM (model, run, seed) and domain the spectra,
     gamma searches (one per merge), DLM DPO baselines, and the evaluations of the models they write."""
     a = config["armap"]
-    dlms = [(m, r, s) for r in a["runs"] for m in resolve_run(config, r)["models"] for s in a["seeds"]]
+    dlms = armap_dlms(config)
     models = sorted({m for m, _, _ in dlms})
     doms = armap_domains(config)
     jobs = {

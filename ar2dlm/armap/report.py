@@ -9,18 +9,13 @@ from pathlib import Path
 import pandas as pd
 
 from ..provenance import read_json
-from ..runs import resolve_run, search_seeds
+from ..runs import armap_dlms, resolve_run, search_seeds
 from ..tables import TABLE_METRICS, mean_sd
-
-
-def _dlms(config):
-    a = config["armap"]
-    return [(m, r, s) for r in a["runs"] for m in resolve_run(config, r)["models"] for s in a["seeds"]]
 
 
 def armap_report_inputs(config: dict, results: str = "results") -> list[str]:
     a, out = config["armap"], []
-    for m, r, s in _dlms(config):
+    for m, r, s in armap_dlms(config):
         base = Path(results) / "armap" / m / r / f"seed{s}"
         out += [str(base / d / g / "gamma.json") for d in a["domains"] for g in a["merges"] if s in search_seeds(config, g)]
         out += [str(base / d / "spectra.csv") for d in a["domains"]]
@@ -42,14 +37,14 @@ def main_table(config: dict, results: str = "results") -> pd.DataFrame:
     for d in a["domains"]:
         for b in a["evals"].get(d, []):
             metric = TABLE_METRICS[config["eval"]["benchmarks"][b]["kind"]][0]
-            for m in sorted({m for m, _, _ in _dlms(config)}):
+            for m in sorted({m for m, _, _ in armap_dlms(config)}):
                 variants = {"DLM (base)": lambda r, s: f"step_{resolve_run(config, r)['training']['steps']}",
                             "DLM DPO (direct)": lambda r, s: f"dlm_dpo_{d}"}
                 for g in a["eval_merges"]:
                     variants[f"AR-MAP {g} (gamma_hat)"] = lambda r, s, g=g: f"armap_{d}_{g}"
                 for label, leaf in variants.items():
                     vals = [read_json(Path(results) / "eval" / b / m / r / f"seed{s}" / f"{leaf(r, s)}.json")["metrics"][metric]
-                            for mm, r, s in _dlms(config) if mm == m]
+                            for mm, r, s in armap_dlms(config) if mm == m]
                     rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "system": label,
                                  "value": mean_sd(vals), "seeds": len(vals)})
                 for label, leaf in (("AR teacher", "teacher"), ("AR teacher DPO", f"teacher_dpo_{d}")):
@@ -65,7 +60,7 @@ def merges_table(config: dict, results: str = "results") -> pd.DataFrame:
     for d in a["domains"]:
         for g in a["merges"]:
             curves = [read_json(Path(results) / "armap" / m / r / f"seed{s}" / d / g / "gamma.json")
-                      for m, r, s in _dlms(config) if s in search_seeds(config, g)]
+                      for m, r, s in armap_dlms(config) if s in search_seeds(config, g)]
             test = [{c["gamma"]: c["test_reward_accuracy"] for c in cv["curve"]} for cv in curves]
             rows.append({"domain": d, "merge": g, "gamma_hat": mean_sd([c["gamma_hat"] for c in curves]),
                          "test reward acc. at gamma_hat": mean_sd([t[c["gamma_hat"]] for t, c in zip(test, curves)]),
@@ -84,7 +79,7 @@ def gamma_figure(config: dict, pdf_path, png_path, results: str = "results") -> 
     for ax, d in zip(axes[0], a["domains"]):
         for g in a["merges"]:
             seeds = search_seeds(config, g)
-            rows = [c for m, r, s in _dlms(config) if s in seeds
+            rows = [c for m, r, s in armap_dlms(config) if s in seeds
                     for c in read_json(Path(results) / "armap" / m / r / f"seed{s}" / d / g / "gamma.json")["curve"]]
             df = pd.DataFrame(rows).groupby("gamma")["test_reward_accuracy"].agg(["mean", "std"]).fillna(0).reset_index()
             label = g if seeds == a["seeds"] else f"{g} (seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))})"
@@ -103,7 +98,7 @@ def shadowing_figure(config: dict, pdf_path, png_path, results: str = "results")
 
     a = config["armap"]
     frames = [pd.read_csv(Path(results) / "armap" / m / r / f"seed{s}" / d / "spectra.csv")
-              for m, r, s in _dlms(config) for d in a["domains"]]
+              for m, r, s in armap_dlms(config) for d in a["domains"]]
     df = pd.concat(frames)
     mean = df.groupby(["parameter", "module", "module_type"], dropna=False)["shadowing_ratio"].mean().reset_index()
     mean["layer"] = mean["parameter"].str.extract(r"\.layers\.(\d+)\.")[0].astype(float)
