@@ -1,6 +1,7 @@
 """The smoke preset runs all_tables to the end in a temporary directory."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -161,29 +162,31 @@ def test_decode_benchmark_rule(smoke_run):
     assert len(train["wall_seconds"]) == 23 and "no CUDA" in train["gpu"]
 
 
-# Jobs at once on the local cluster, whose node advertises as many CPUs on this machine's 2 cores: a
-# job spends much of its time in SLURM and Snakemake latency (the plugin's status checks back off up
-# to 180 s while no job finishes), so two jobs per core keep the cores busy.
-LANES = 4
+# CPUs the local node advertises on this machine's 2 cores: one-CPU jobs run two to a core, so that one's
+# SLURM and Snakemake latency is filled by another's work.
+NODE_CPUS = 4
 
 
 def _slurm_profile(path, jobs_dir):
-    """The repo's SLURM profile mapped onto the local CPU partition: no GPUs, small memory, the
-    status read from squeue (no accounting), many short jobs packed into small group jobs."""
+    """The repo's SLURM profile mapped onto the local CPU partition: no GPUs, small memory, the status read
+    from squeue (no accounting), the short data and evaluation jobs packed into small group jobs."""
     profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
-    cpu = {"slurm_partition": "cpu", "mem_mb": 3000, "runtime": "30m"}
+    cpu = {"slurm_partition": "cpu", "mem_mb": 2000, "runtime": "30m"}
     profile["default-resources"] = dict(cpu)
     profile["set-resources"] = {rule: dict(cpu, cpus_per_task=1) for rule in profile["set-resources"]}
-    groups = {rule: "prep" for rule in ("synthetic_suites", "tokenizer", "corpus", "teacher")}  # a chain: one job
-    groups |= {rule: "work" for rule in ("convert", "evaluate_checkpoint", "evaluate_teacher", "evaluate_armap_model",
-                                        "evaluate_dlm_dpo", "evaluate_teacher_dpo", "gamma_search", "dlm_dpo",
-                                        "dpo_teacher", "armap_spectra", "preferences")}
-    # The plugin runs a group job's members one at a time (--jobs 1 inside the job, plugin issue #469):
-    # each group job asks one CPU (cores: 1), and LANES of them share the node.
-    profile.update({"cores": 1, "resources": [f"mem_mb={3000 * LANES}"], "jobs": LANES, "latency-wait": 5, "retries": 0,
-                    "slurm-status-command": "squeue", "slurm-no-account": True,
-                    "slurm-init-seconds-before-status-checks": 1, "slurm-logdir": str(jobs_dir),
-                    "groups": [f"{k}={v}" for k, v in groups.items()], "group-components": ["work=3"]})
+    # Every ready job is submitted (the profile's job limit) and SLURM's queue keeps the node busy: a job starts
+    # as soon as another ends, not at Snakemake's next status check (which backs off by 10 s per check while
+    # no job ends). A group job runs its members one at a time (--jobs 1 inside the job, plugin issue #469),
+    # so only short independent jobs are grouped, into group jobs of equal size: the data chain and the
+    # teacher (one job), and evaluations, four to a job. A conversion is not grouped with its evaluations:
+    # with AR-MAP's chain on it they would form one connected component, run serially in one job.
+    groups = {rule: "prep" for rule in ("synthetic_suites", "tokenizer", "corpus", "teacher")}
+    groups |= {rule: "eval" for rule in ("evaluate_checkpoint", "evaluate_teacher", "evaluate_armap_model",
+                                        "evaluate_dlm_dpo", "evaluate_teacher_dpo")}
+    profile.update({"cores": 1, "local-cores": 2, "latency-wait": 5, "retries": 0, "slurm-status-command": "squeue",
+                    "slurm-no-account": True, "slurm-init-seconds-before-status-checks": 1,
+                    "slurm-logdir": str(jobs_dir), "groups": [f"{k}={v}" for k, v in groups.items()],
+                    "group-components": ["eval=4"]})
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.yaml").write_text(yaml.safe_dump(profile))
     return path
@@ -202,9 +205,14 @@ def _same_tables(got, want):
         pd.testing.assert_frame_equal(a.drop(columns=speeds), b.drop(columns=speeds), obj=str(name))
 
 
+def _submitted_jobs(log: Path) -> list[str]:
+    return re.findall(r"has been submitted with SLURM jobid (\d+)", log.read_text()) if log.exists() else []
+
+
 @pytest.mark.slow
 def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_path):
     import os
+    import shutil
     import subprocess
     import time
 
@@ -213,18 +221,55 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
     why = install()
     if why:
         pytest.skip(f"no local SLURM: {why}")
-    cluster = LocalSlurm(tmp_path / "cluster", cpus=LANES).start()
+    cluster = LocalSlurm(tmp_path / "cluster", cpus=NODE_CPUS).start()
+    tables = run = None
     try:
         profile = _slurm_profile(tmp_path / "profile", tmp_path / "slurm_logs")
-        work = tmp_path / "work"
-        work.mkdir()
         env = dict(cluster.env, HF_HUB_OFFLINE="1")
+        work, resume = tmp_path / "work", tmp_path / "resume"
+        work.mkdir()
         t0 = time.time()
-        proc = subprocess.run([*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(profile), "all_tables",
-                               "--configfile", SMOKE], cwd=work, env=env, capture_output=True, text=True, timeout=900)
+        tables_log = tmp_path / "all_tables.log"  # AR-MAP's chain is the DAG's longest: its jobs go first
+        with tables_log.open("w") as out:
+            tables = subprocess.Popen([*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(profile), "all_tables",
+                                       "--configfile", SMOKE, "--prioritize", "results/tables/armap/main.csv"],
+                                      cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+        # Meanwhile, on the same cluster and in its own folder: a longer conversion, cancelled through SLURM
+        # after its first checkpoint, resumes from it on the rerun. It starts from the local run's data and
+        # teacher (copied with their times, so nothing upstream reruns).
+        for rel in ("data", "models/tiny/teacher"):
+            shutil.copytree(smoke_run / "results" / rel, resume / "results" / rel)
+        override = tmp_path / "long.yaml"
+        override.write_text(yaml.safe_dump({"runs": {"mdlm": {"training": {"steps": 1500, "checkpoint_every": 100}}}}))
+        target = "results/models/tiny/mdlm/seed0/train.json"
+        # its own SLURM log folder: the plugin removes empty folders there when it starts, and a queued job's
+        # folder is empty until the job starts
+        cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(profile), target, "--configfile", SMOKE,
+               str(override), "--slurm-logdir", str(tmp_path / "slurm_logs_resume")]
+        first_log = tmp_path / "resume_first.log"
+        with first_log.open("w") as out:
+            run = subprocess.Popen(cmd, cwd=resume, env=env, stdout=out, stderr=subprocess.STDOUT)
+        ckpt_dir = resume / "results/models/tiny/mdlm/seed0"
+        deadline = time.time() + 300
+        while not ((ckpt_dir / "step_100" / "trainer_state.pt").exists() and _submitted_jobs(first_log)):
+            assert time.time() < deadline and run.poll() is None, first_log.read_text()[-3000:]
+            time.sleep(0.5)
+        (job,) = _submitted_jobs(first_log)  # only this run's job: all_tables' jobs run on
+        subprocess.run(["scancel", job], env=env, check=True)
+        run.wait(timeout=120)
+        assert run.returncode != 0 and not (ckpt_dir / "train.json").exists()
+        assert re.search(r"^total\s+1$", first_log.read_text(), re.M)  # the conversion alone: nothing upstream reran
+        proc = subprocess.run(cmd, cwd=resume, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-4000:]
-        assert "has been submitted with SLURM jobid" in proc.stderr + proc.stdout
-        print(f"smoke all_tables through SLURM: {time.time() - t0:.0f} s")
+        manifest = json.loads((ckpt_dir / "train.json").read_text())
+        assert manifest["resumed_from"] >= 100 and manifest["steps"] == 1500
+
+        tables.wait(timeout=900 - (time.time() - t0))
+        output = tables_log.read_text()
+        assert tables.returncode == 0, output[-4000:]
+        assert _submitted_jobs(tables_log)
+        print(f"smoke all_tables through SLURM, with the resume check beside it: {time.time() - t0:.0f} s")
         # the cluster produced what a local run produces: the same data, and the same trained weights up to
         # float reordering (a job's thread count may differ from the local run's)
         from safetensors.torch import load_file
@@ -236,29 +281,10 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
             b = load_file(smoke_run / "results/models/tiny" / rel / "model.safetensors")
             assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a), rel
         _same_tables(work / "results", smoke_run / "results")
-
-        # a longer run, cancelled through SLURM after its first checkpoint, resumes on the rerun
-        override = tmp_path / "long.yaml"
-        override.write_text(yaml.safe_dump({"runs": {"mdlm": {"training": {"steps": 1500, "checkpoint_every": 100}}}}))
-        target = "results/models/tiny/mdlm/seed0/train.json"
-        cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(profile), target, "--configfile", SMOKE, str(override),
-               "--groups", "convert=solo"]
-        run = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        ckpt_dir = work / "results/models/tiny/mdlm/seed0"
-        deadline = time.time() + 300
-        while not (ckpt_dir / "step_100" / "trainer_state.pt").exists():
-            assert time.time() < deadline and run.poll() is None, run.stdout.read()[-3000:]
-            time.sleep(0.5)
-        jobs = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout.split()
-        assert jobs
-        subprocess.run(["scancel", *jobs], env=env, check=True)
-        run.wait(timeout=120)
-        assert run.returncode != 0 and not (ckpt_dir / "train.json").exists()
-        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        manifest = json.loads((ckpt_dir / "train.json").read_text())
-        assert manifest["resumed_from"] >= 100 and manifest["steps"] == 1500
     finally:
+        for child in (tables, run):
+            if child is not None and child.poll() is None:
+                child.kill()
         cluster.stop()
     assert not any(p.poll() is None for p in cluster.procs)
     assert os.path.isdir(tmp_path / "cluster")
