@@ -228,11 +228,12 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
         env = dict(cluster.env, HF_HUB_OFFLINE="1")
         work, resume = tmp_path / "work", tmp_path / "resume"
         work.mkdir()
+        snakemake = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(profile)]
         t0 = time.time()
-        tables_log = tmp_path / "all_tables.log"  # AR-MAP's chain is the DAG's longest: its jobs go first
-        with tables_log.open("w") as out:
-            tables = subprocess.Popen([*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(profile), "all_tables",
-                                       "--configfile", SMOKE, "--prioritize", "results/tables/armap/main.csv"],
+        tables_log = tmp_path / "all_tables.log"
+        with tables_log.open("w") as out:  # AR-MAP's chain is the DAG's longest: its jobs go first
+            tables = subprocess.Popen([*snakemake, "all_tables", "--configfile", SMOKE,
+                                       "--prioritize", "results/tables/armap/main.csv"],
                                       cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
 
         # Meanwhile, on the same cluster and in its own folder: a longer conversion, cancelled through SLURM
@@ -245,8 +246,8 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
         target = "results/models/tiny/mdlm/seed0/train.json"
         # its own SLURM log folder: the plugin removes empty folders there when it starts, and a queued job's
         # folder is empty until the job starts
-        cmd = [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "--profile", str(profile), target, "--configfile", SMOKE,
-               str(override), "--slurm-logdir", str(tmp_path / "slurm_logs_resume")]
+        cmd = [*snakemake, target, "--configfile", SMOKE, str(override),
+               "--slurm-logdir", str(tmp_path / "slurm_logs_resume")]
         first_log = tmp_path / "resume_first.log"
         with first_log.open("w") as out:
             run = subprocess.Popen(cmd, cwd=resume, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -266,8 +267,7 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
         assert manifest["resumed_from"] >= 100 and manifest["steps"] == 1500
 
         tables.wait(timeout=900 - (time.time() - t0))
-        output = tables_log.read_text()
-        assert tables.returncode == 0, output[-4000:]
+        assert tables.returncode == 0, tables_log.read_text()[-4000:]
         assert _submitted_jobs(tables_log)
         print(f"smoke all_tables through SLURM, with the resume check beside it: {time.time() - t0:.0f} s")
         # the cluster produced what a local run produces: the same data, and the same trained weights up to
