@@ -29,7 +29,7 @@ localrules: all_tables, all_models, all_evals, all_armap, bench, eval_summary, r
 rule all_models:
     """Every conversion run of the preset's grid (model x run x seed)."""
     input:
-        [conversion_manifest(m, r, s) for m, r, s in CONVERSIONS],
+        [c.manifest for c in CONVERSIONS],
 
 
 rule all_evals:
@@ -41,17 +41,17 @@ rule all_evals:
 rule all_armap:
     """AR-MAP: DPO'd teachers, spectra, gamma searches, DLM DPO baselines and their evaluations."""
     input:
-        armap_outputs(),
+        ARMAP.outputs(),
 
 
 rule all_tables:
     """Everything the chosen preset produces so far: the run summary and every conversion run."""
     input:
-        f"{RESULTS}/summary.md",
-        f"{RESULTS}/summary.json",
+        layout.run_summary("md"),
+        layout.run_summary("json"),
         rules.all_models.input,
-        f"{RESULTS}/eval/summary.csv",
-        f"{RESULTS}/eval/summary.md",
+        layout.eval_summary("csv"),
+        layout.eval_summary("md"),
         rules.all_armap.input,
         table_outputs(),
 
@@ -59,5 +59,5 @@ rule all_tables:
 rule bench:
     """Benchmarks (decoding and training throughput); not part of all_tables."""
     input:
-        f"{RESULTS}/bench/decode.json",
-        f"{RESULTS}/bench/train.json",
+        layout.bench_result("decode"),
+        layout.bench_result("train"),

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import torch
 
-from ar2dlm.benchmark import decode_benchmark, format_report, task_benchmark
-from ar2dlm.conventions import Conventions
-from ar2dlm.models import load_model
-from ar2dlm.provenance import library_versions, read_json, read_jsonl, write_json
-from ar2dlm.tokenization import encode_pair
+from ar2dlm.core.conventions import Conventions
+from ar2dlm.core.models import load_model
+from ar2dlm.data.tokenization import encode_pair
+from ar2dlm.evaluation.decode_speed import decode_benchmark, format_report, task_benchmark
+from ar2dlm.pipeline.layout import final_checkpoint
+from ar2dlm.provenance import library_versions, read_jsonl, write_json
 
 
 def main(argv=None):
@@ -46,10 +47,9 @@ def main(argv=None):
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     model_dir = Path(a.model)
     if (model_dir / "train.json").is_file():
-        model_dir = model_dir / f"step_{read_json(model_dir / 'train.json')['checkpoints'][-1]}"
-    model, tok, info = load_model(model_dir)
-    ar_model = load_model(a.ar_model)[0] if a.ar_model else model
-    conv = Conventions.from_dict(info)
+        model_dir = final_checkpoint(model_dir / "train.json")
+    model, tok, conv, _ = load_model(model_dir)
+    ar_model = load_model(a.ar_model).model if a.ar_model else model
     converted = conv.is_diffusion
     if not converted:
         if not a.as_block_dlm:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from ar2dlm.config import merge_preset
+from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.provenance import library_versions, read_json, write_json
-from ar2dlm.runs import resolve_run
+from ar2dlm.pipeline.runs import resolve_run
 from ar2dlm.training.trainer import train_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,8 +42,8 @@ def gpu_mfu(config, steps: int = 20, peak_tflops: float = 989.0):
     """bf16 tokens/s and MFU of a random Qwen3-0.6B-shaped model at length 2048 (CUDA only)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from ar2dlm.conventions import Conventions
-    from ar2dlm.objectives import diffusion_terms
+    from ar2dlm.core.conventions import Conventions
+    from ar2dlm.training.objectives import diffusion_terms
 
     cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,

@@ -6,19 +6,19 @@
 rule dpo_teacher:
     """DPO of the AR teacher on one preference domain, or on all of them together (TRL)."""
     input:
-        model=teacher_dir(),
+        model=layout.teacher_dir(),
         train=preference_files("train"),
         eval=preference_files("eval"),
     output:
-        directory(teacher_dpo_dir()),
+        directory(layout.teacher_dpo_dir()),
     params:
         cfg=config["armap"]["dpo"],
         seed=config["seed"],
     threads: 1
     log:
-        log_path("armap/dpo_teacher_{model}_{pdomain}"),
+        layout.log_path("armap/dpo_teacher_{model}_{pdomain}"),
     benchmark:
-        bench_path("armap/dpo_teacher_{model}_{pdomain}"),
+        layout.bench_path("armap/dpo_teacher_{model}_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -28,18 +28,18 @@ rule dpo_teacher:
 rule armap_spectra:
     """Singular-value statistics of tau_pref and tau_diffusion per matrix, and the shadowing figure."""
     input:
-        teacher=teacher_dir(),
-        dpo=teacher_dpo_dir(),
-        manifest=conversion_manifest(),
+        teacher=layout.teacher_dir(),
+        dpo=layout.teacher_dpo_dir(),
+        manifest=layout.conversion_manifest(),
     output:
-        csv=f"{armap_dir()}/spectra.csv",
-        pdf=f"{armap_dir()}/shadowing.pdf",
-        png=f"{armap_dir()}/shadowing.png",
+        csv=layout.spectra_csv(),
+        pdf=layout.spectra_figure("pdf"),
+        png=layout.spectra_figure("png"),
     threads: 1
     log:
-        log_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}"),
+        layout.log_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}"),
     benchmark:
-        bench_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}"),
+        layout.bench_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -49,20 +49,20 @@ rule armap_spectra:
 rule gamma_search:
     """Batch reward accuracy against gamma on held-out pairs; the merge at gamma_hat as a DLM folder."""
     input:
-        teacher=teacher_dir(),
-        dpo=teacher_dpo_dir(),
-        manifest=conversion_manifest(),
+        teacher=layout.teacher_dir(),
+        dpo=layout.teacher_dpo_dir(),
+        manifest=layout.conversion_manifest(),
         eval=preference_files("eval"),
     output:
-        curve=f"{armap_dir()}/{{merge}}/gamma.json",
-        model=directory(derived_dir("armap")),
+        curve=layout.gamma_curve(),
+        model=directory(layout.armap_model_dir()),
     params:
         cfg={k: config["armap"][k] for k in ("gamma", "merges")},
     threads: 1
     log:
-        log_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}"),
+        layout.log_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}"),
     benchmark:
-        bench_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}"),
+        layout.bench_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -72,18 +72,18 @@ rule gamma_search:
 rule dlm_dpo:
     """The baseline: DPO directly on the DLM with ELBO log-likelihoods, same pairs and steps."""
     input:
-        manifest=conversion_manifest(),
+        manifest=layout.conversion_manifest(),
         train=preference_files("train"),
         eval=preference_files("eval"),
     output:
-        directory(derived_dir("dlm_dpo")),
+        directory(layout.dlm_dpo_dir()),
     params:
         cfg=config["armap"]["dlm_dpo"],
     threads: 1
     log:
-        log_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
+        layout.log_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
     benchmark:
-        bench_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
+        layout.bench_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -94,16 +94,16 @@ rule evaluate_armap_model:
     """A merged model at gamma_hat on one benchmark."""
     input:
         unpack(benchmark_inputs),
-        model=derived_dir("armap"),
+        model=layout.armap_model_dir(),
     output:
-        f"{RESULTS}/eval/{{benchmark}}/{{model}}/{{run}}/seed{{seed}}/armap_{{pdomain}}_{{merge}}.json",
+        layout.derived_eval_path(name=layout.armap_name()),
     params:
         spec=lambda wc: benchmark_settings(config, wc.benchmark),
     threads: 1
     log:
-        log_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}"),
+        layout.log_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}"),
     benchmark:
-        bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}"),
+        layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -114,16 +114,16 @@ rule evaluate_dlm_dpo:
     """A DPO'd DLM on one benchmark."""
     input:
         unpack(benchmark_inputs),
-        model=derived_dir("dlm_dpo"),
+        model=layout.dlm_dpo_dir(),
     output:
-        f"{RESULTS}/eval/{{benchmark}}/{{model}}/{{run}}/seed{{seed}}/dlm_dpo_{{pdomain}}.json",
+        layout.derived_eval_path(name=layout.dlm_dpo_name()),
     params:
         spec=lambda wc: benchmark_settings(config, wc.benchmark),
     threads: 1
     log:
-        log_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}"),
+        layout.log_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}"),
     benchmark:
-        bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}"),
+        layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -134,17 +134,17 @@ rule evaluate_teacher_dpo:
     """A DPO'd AR teacher on one benchmark."""
     input:
         unpack(benchmark_inputs),
-        model=teacher_dpo_dir(),
+        model=layout.teacher_dpo_dir(),
     output:
-        f"{RESULTS}/eval/{{benchmark}}/{{model}}/teacher_dpo_{{pdomain}}.json",
+        layout.teacher_dpo_eval_path(),
     params:
         spec=lambda wc: benchmark_settings(config, wc.benchmark),
         seed=config["seed"],
     threads: 1
     log:
-        log_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}"),
+        layout.log_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}"),
     benchmark:
-        bench_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}"),
+        layout.bench_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:

@@ -4,11 +4,11 @@
 rule bench_decode:
     """Tokens/s of AR KV-cached decoding vs DLM block decoding with and without the exact cache."""
     input:
-        dlm=conversion_manifest(config["bench"]["model"], config["bench"]["run"], config["seed"]),
-        teacher=teacher_dir(config["bench"]["model"]),
-        prompts=data_path("code", "eval.jsonl"),
+        dlm=layout.conversion_manifest(config["bench"]["model"], config["bench"]["run"], config["seed"]),
+        teacher=layout.teacher_dir(config["bench"]["model"]),
+        prompts=layout.suite_file("code", "eval"),
     output:
-        f"{RESULTS}/bench/decode.json",
+        layout.bench_result("decode"),
     params:
         script=os.path.join(workflow.basedir, "benchmarks", "decode.py"),
         b=config["bench"],
@@ -17,9 +17,9 @@ rule bench_decode:
         thresholds=",".join(map(str, config["bench"]["thresholds"])),
     threads: 8
     log:
-        log_path("bench/decode"),
+        layout.log_path("bench/decode"),
     benchmark:
-        bench_path("bench/decode"),
+        layout.bench_path("bench/decode"),
     conda:
         "../envs/ar2dlm.yaml"
     shell:
@@ -34,19 +34,19 @@ rule bench_decode:
 rule bench_train:
     """Training tokens/s: frozen vs full, repr_align vs mdlm; wall time of every conversion run."""
     input:
-        teacher=teacher_dir(config["bench"]["model"]),
-        corpus=data_path("corpus", "subset.jsonl"),
-        manifests=[conversion_manifest(m, r, s) for m, r, s in CONVERSIONS],
+        teacher=layout.teacher_dir(config["bench"]["model"]),
+        corpus=layout.corpus_file("subset"),
+        manifests=[layout.conversion_manifest(m, r, s) for m, r, s in CONVERSIONS],
     output:
-        f"{RESULTS}/bench/train.json",
+        layout.bench_result("train"),
     params:
         script=os.path.join(workflow.basedir, "benchmarks", "train.py"),
         preset=config["preset"],
     threads: 8
     log:
-        log_path("bench/train"),
+        layout.log_path("bench/train"),
     benchmark:
-        bench_path("bench/train"),
+        layout.bench_path("bench/train"),
     conda:
         "../envs/ar2dlm.yaml"
     shell:

@@ -6,12 +6,12 @@
 rule convert:
     """Train one conversion run (model, run, seed): HF checkpoints every K steps plus a manifest."""
     input:
-        teacher=teacher_dir(),
-        corpus=conversion_corpus,
+        teacher=layout.teacher_dir(),
+        corpus=lambda wc: conversion_corpus(config, wc.run),
     output:
-        conversion_manifest(),
+        layout.conversion_manifest(),
     params:
-        run=lambda wc: json.dumps(run_settings(wc.run), sort_keys=True),
+        run=lambda wc: json.dumps(conversion_settings(config, wc.run), sort_keys=True),
         preset=config["preset"],
         # one process per GPU of the job (the SLURM profile grants them); a plain process without GPUs
         launcher=lambda wc, resources: launcher(resources),
@@ -19,9 +19,9 @@ rule convert:
     # one two-thread job at a time (2 cores); GPU jobs get their CPUs from the SLURM profile
     threads: 1
     log:
-        log_path("convert/{model}_{run}_seed{seed}"),
+        layout.log_path("convert/{model}_{run}_seed{seed}"),
     benchmark:
-        bench_path("convert/{model}_{run}_seed{seed}")
+        layout.bench_path("convert/{model}_{run}_seed{seed}")
     conda:
         "../envs/ar2dlm.yaml"
     shell:

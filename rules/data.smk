@@ -4,16 +4,16 @@
 rule synthetic_suites:
     """HumanEval+-format code suite and arithmetic suite, train and held-out eval."""
     output:
-        code_train=data_path("code", "train.jsonl"),
-        code_eval=data_path("code", "eval.jsonl"),
-        math_train=data_path("math", "train.jsonl"),
-        math_eval=data_path("math", "eval.jsonl"),
+        code_train=layout.suite_file("code", "train"),
+        code_eval=layout.suite_file("code", "eval"),
+        math_train=layout.suite_file("math", "train"),
+        math_eval=layout.suite_file("math", "eval"),
     params:
         data={k: config["data"][k] for k in ("seed", "code_suite", "math_suite")},
     log:
-        log_path("data/synthetic_suites"),
+        layout.log_path("data/synthetic_suites"),
     benchmark:
-        bench_path("data/synthetic_suites"),
+        layout.bench_path("data/synthetic_suites"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -25,14 +25,14 @@ rule preferences:
     input:
         unpack(preference_inputs),
     output:
-        train=data_path("preferences", "{domain}", "train.jsonl"),
-        eval=data_path("preferences", "{domain}", "eval.jsonl"),
+        train=layout.preference_file("{domain}", "train"),
+        eval=layout.preference_file("{domain}", "eval"),
     params:
         data={k: config["data"][k] for k in ("seed", "preferences")},
     log:
-        log_path("data/preferences_{domain}"),
+        layout.log_path("data/preferences_{domain}"),
     benchmark:
-        bench_path("data/preferences_{domain}"),
+        layout.bench_path("data/preferences_{domain}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -42,10 +42,10 @@ rule preferences:
 rule tokenizer:
     """Byte-level BPE trained on the corpus text, or the pretrained tokenizer plus a mask token."""
     input:
-        code_train=data_path("code", "train.jsonl"),
-        math_train=data_path("math", "train.jsonl"),
+        code_train=layout.suite_file("code", "train"),
+        math_train=layout.suite_file("math", "train"),
     output:
-        directory(data_path("tokenizer")),
+        directory(layout.tokenizer_dir()),
     params:
         data={
             "seed": config["data"]["seed"],
@@ -53,9 +53,9 @@ rule tokenizer:
             "corpus": {"stdlib_files": config["data"]["corpus"]["stdlib_files"]},
         },
     log:
-        log_path("data/tokenizer"),
+        layout.log_path("data/tokenizer"),
     benchmark:
-        bench_path("data/tokenizer"),
+        layout.bench_path("data/tokenizer"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -65,17 +65,17 @@ rule tokenizer:
 rule corpus:
     """Seeded token-budget subset and stream of the pretraining corpus, with a manifest."""
     input:
-        tokenizer=data_path("tokenizer"),
-        code_train=data_path("code", "train.jsonl"),
-        math_train=data_path("math", "train.jsonl"),
+        tokenizer=layout.tokenizer_dir(),
+        code_train=layout.suite_file("code", "train"),
+        math_train=layout.suite_file("math", "train"),
     output:
         **corpus_outputs(),
     params:
         data={k: config["data"][k] for k in ("seed", "corpus")},
     log:
-        log_path("data/corpus"),
+        layout.log_path("data/corpus"),
     benchmark:
-        bench_path("data/corpus"),
+        layout.bench_path("data/corpus"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -85,14 +85,14 @@ rule corpus:
 rule prompt_set:
     """Distillation prompts from a data set (paper: OPDLM's rollouts)."""
     output:
-        data_path("prompts", "{pset}.jsonl"),
+        layout.prompt_set_file(),
     params:
         spec=lambda wc: config["data"]["prompt_sets"][wc.pset],
         seed=config["data"]["seed"],
     log:
-        log_path("data/prompts_{pset}"),
+        layout.log_path("data/prompts_{pset}"),
     benchmark:
-        bench_path("data/prompts_{pset}"),
+        layout.bench_path("data/prompts_{pset}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -103,15 +103,15 @@ rule code_benchmark:
     """A code benchmark's problems in one file: the held-out suite, the real HumanEval file, an
     evalplus release (fetched here, once) or a local file; cut to the benchmark's limit."""
     input:
-        lambda wc: [data_path("code", "eval.jsonl")] if config["eval"]["benchmarks"][wc.benchmark].get("source") == "suite" else [],
+        lambda wc: [layout.suite_file("code", "eval")] if config["eval"]["benchmarks"][wc.benchmark].get("source") == "suite" else [],
     output:
-        data_path("benchmarks", "{benchmark}.jsonl"),
+        layout.benchmark_problems(),
     params:
         spec=lambda wc: config["eval"]["benchmarks"][wc.benchmark],
     log:
-        log_path("data/benchmark_{benchmark}"),
+        layout.log_path("data/benchmark_{benchmark}"),
     benchmark:
-        bench_path("data/benchmark_{benchmark}"),
+        layout.bench_path("data/benchmark_{benchmark}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:

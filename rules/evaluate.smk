@@ -7,16 +7,16 @@ rule evaluate_checkpoint:
     """One conversion checkpoint on one benchmark."""
     input:
         unpack(benchmark_inputs),
-        manifest=conversion_manifest(),
+        manifest=layout.conversion_manifest(),
     output:
-        eval_path(),
+        layout.eval_path(),
     params:
         spec=lambda wc: benchmark_settings(config, wc.benchmark),
     threads: 1
     log:
-        log_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}"),
+        layout.log_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}"),
     benchmark:
-        bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}"),
+        layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -27,17 +27,17 @@ rule evaluate_teacher:
     """The AR teacher on one benchmark, under the same harness."""
     input:
         unpack(benchmark_inputs),
-        model=teacher_dir(),
+        model=layout.teacher_dir(),
     output:
-        eval_path(run="teacher"),
+        layout.eval_path(run="teacher"),
     params:
         spec=lambda wc: benchmark_settings(config, wc.benchmark),
         seed=config["seed"],
     threads: 1
     log:
-        log_path("eval/{benchmark}_{model}_teacher"),
+        layout.log_path("eval/{benchmark}_{model}_teacher"),
     benchmark:
-        bench_path("eval/{benchmark}_{model}_teacher"),
+        layout.bench_path("eval/{benchmark}_{model}_teacher"),
     conda:
         "../envs/ar2dlm.yaml"
     script:

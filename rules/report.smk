@@ -4,20 +4,20 @@
 rule run_summary:
     """Run summary: data sizes, teachers (provenance, held-out loss, pass@1)."""
     input:
-        evals=expand(teacher_check_path(), model=MODELS),
-        teachers=expand(teacher_dir(), model=MODELS),
-        corpus=data_path("corpus", "manifest.json"),
-        preferences=expand(data_path("preferences", "{domain}", "eval.jsonl"), domain=PREF_DOMAINS),
+        evals=expand(layout.teacher_check_path(), model=MODELS),
+        teachers=expand(layout.teacher_dir(), model=MODELS),
+        corpus=layout.corpus_file("manifest"),
+        preferences=expand(layout.preference_file("{domain}", "eval"), domain=PREF_DOMAINS),
     output:
-        markdown=f"{RESULTS}/summary.md",
-        json=f"{RESULTS}/summary.json",
+        markdown=layout.run_summary("md"),
+        json=layout.run_summary("json"),
     params:
         preset=config["preset"],
         models=MODELS,
     log:
-        log_path("report/run_summary"),
+        layout.log_path("report/run_summary"),
     benchmark:
-        bench_path("report/run_summary"),
+        layout.bench_path("report/run_summary"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -28,16 +28,16 @@ rule eval_summary:
     """Every evaluation the studies asked for, one table (long CSV, Markdown by benchmark)."""
     input:
         eval_outputs(),
-        [p for p in armap_outputs() if "/eval/" in p],
+        [j.path for j in ARMAP.evals],
     output:
-        csv=f"{RESULTS}/eval/summary.csv",
-        markdown=f"{RESULTS}/eval/summary.md",
+        csv=layout.eval_summary("csv"),
+        markdown=layout.eval_summary("md"),
     params:
         preset=config["preset"],
     log:
-        log_path("report/eval_summary"),
+        layout.log_path("report/eval_summary"),
     benchmark:
-        bench_path("report/eval_summary"),
+        layout.bench_path("report/eval_summary"),
     conda:
         "../envs/ar2dlm.yaml"
     script:

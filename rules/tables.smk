@@ -5,18 +5,18 @@
 rule study_table:
     """One study as a table, the papers' reported numbers listed beside it with their source."""
     input:
-        lambda wc: study_inputs(config, wc.study, RESULTS),
+        lambda wc: study_inputs(config, wc.study),
         reported=ancient(str(Path(workflow.basedir) / "config" / "reported.yaml")),
     output:
-        md=report(f"{RESULTS}/tables/{{study}}.md", category="Tables", subcategory="{study}"),
-        csv=f"{RESULTS}/tables/{{study}}.csv",
-        tex=f"{RESULTS}/tables/{{study}}.tex",
+        md=report(layout.study_table(fmt="md"), category="Tables", subcategory="{study}"),
+        csv=layout.study_table(fmt="csv"),
+        tex=layout.study_table(fmt="tex"),
     params:
         config=lambda wc: study_config(wc.study),
     log:
-        log_path("tables/{study}"),
+        layout.log_path("tables/{study}"),
     benchmark:
-        bench_path("tables/{study}")
+        layout.bench_path("tables/{study}")
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -26,17 +26,17 @@ rule study_table:
 rule study_figure:
     """A study's figure: results/figures/<study>.pdf/png (the ablations' under results/ablations/)."""
     input:
-        lambda wc: study_inputs(config, FIGURES[wc.figpath], RESULTS),
+        lambda wc: study_inputs(config, FIGURES[wc.figpath]),
     output:
-        pdf=f"{RESULTS}/{{figpath}}.pdf",
-        png=report(f"{RESULTS}/{{figpath}}.png", category="Figures", subcategory="{figpath}"),
+        pdf=layout.study_figure(fmt="pdf"),
+        png=report(layout.study_figure(fmt="png"), category="Figures", subcategory="{figpath}"),
     params:
         study=lambda wc: FIGURES[wc.figpath],
         config=lambda wc: study_config(FIGURES[wc.figpath]),
     log:
-        log_path("figures/{figpath}"),
+        layout.log_path("figures/{figpath}"),
     benchmark:
-        bench_path("figures/{figpath}")
+        layout.bench_path("figures/{figpath}")
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -46,24 +46,24 @@ rule study_figure:
 rule armap_report:
     """AR-MAP: main table, merges table, reward accuracy against gamma, spectral shadowing."""
     input:
-        armap_report_inputs(config, RESULTS),
+        armap_report_inputs(config),
     output:
-        main=report(f"{RESULTS}/tables/armap/main.md", category="Tables", subcategory="armap"),
-        main_csv=f"{RESULTS}/tables/armap/main.csv",
-        main_tex=f"{RESULTS}/tables/armap/main.tex",
-        merges=report(f"{RESULTS}/tables/armap/merges.md", category="Tables", subcategory="armap"),
-        merges_csv=f"{RESULTS}/tables/armap/merges.csv",
-        merges_tex=f"{RESULTS}/tables/armap/merges.tex",
-        gamma_pdf=f"{RESULTS}/figures/armap/gamma.pdf",
-        gamma_png=report(f"{RESULTS}/figures/armap/gamma.png", category="Figures", subcategory="armap"),
-        shadow_pdf=f"{RESULTS}/figures/armap/shadowing.pdf",
-        shadow_png=report(f"{RESULTS}/figures/armap/shadowing.png", category="Figures", subcategory="armap"),
+        main=report(layout.armap_table("main", "md"), category="Tables", subcategory="armap"),
+        main_csv=layout.armap_table("main", "csv"),
+        main_tex=layout.armap_table("main", "tex"),
+        merges=report(layout.armap_table("merges", "md"), category="Tables", subcategory="armap"),
+        merges_csv=layout.armap_table("merges", "csv"),
+        merges_tex=layout.armap_table("merges", "tex"),
+        gamma_pdf=layout.armap_figure("gamma", "pdf"),
+        gamma_png=report(layout.armap_figure("gamma", "png"), category="Figures", subcategory="armap"),
+        shadow_pdf=layout.armap_figure("shadowing", "pdf"),
+        shadow_png=report(layout.armap_figure("shadowing", "png"), category="Figures", subcategory="armap"),
     params:
         config=lambda wc: {k: config[k] for k in ("preset", "armap", "runs", "training", "models", "seed", "eval")},
     log:
-        log_path("tables/armap"),
+        layout.log_path("tables/armap"),
     benchmark:
-        bench_path("tables/armap")
+        layout.bench_path("tables/armap")
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -73,17 +73,17 @@ rule armap_report:
 rule claims:
     """Every directional claim of the four papers: effect, spread over seeds, verdict."""
     input:
-        claim_inputs(config, RESULTS),
+        claim_inputs(config),
     output:
-        md=report(f"{RESULTS}/claims.md", category="Claims"),
-        csv=f"{RESULTS}/claims.csv",
+        md=report(layout.claims_file("md"), category="Claims"),
+        csv=layout.claims_file("csv"),
     params:
         config=lambda wc: {k: config[k] for k in ("preset", "armap", "runs", "training", "models", "seed", "eval",
                                                   "studies")},
     log:
-        log_path("tables/claims"),
+        layout.log_path("tables/claims"),
     benchmark:
-        bench_path("tables/claims")
+        layout.bench_path("tables/claims")
     conda:
         "../envs/ar2dlm.yaml"
     script:

@@ -6,17 +6,17 @@ rule teacher:
     input:
         unpack(teacher_inputs),
     output:
-        model=directory(teacher_dir()),
-        loss_log=f"{RESULTS}/logs/teacher/{{model}}_loss.csv",
+        model=directory(layout.teacher_dir()),
+        loss_log=layout.teacher_loss_log(),
     params:
         model_cfg=lambda wc: config["models"][wc.model],
         seed=config["seed"],
         preset=config["preset"],
     threads: 8
     log:
-        log_path("teacher/{model}"),
+        layout.log_path("teacher/{model}"),
     benchmark:
-        bench_path("teacher/{model}"),
+        layout.bench_path("teacher/{model}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:
@@ -26,18 +26,18 @@ rule teacher:
 rule eval_teacher_code:
     """Held-out loss and greedy pass@1 (evalplus) of the teacher on the held-out code suite."""
     input:
-        model=teacher_dir(),
-        code_eval=data_path("code", "eval.jsonl"),
-        math_eval=data_path("math", "eval.jsonl"),
+        model=layout.teacher_dir(),
+        code_eval=layout.suite_file("code", "eval"),
+        math_eval=layout.suite_file("math", "eval"),
     output:
-        teacher_check_path(),
+        layout.teacher_check_path(),
     params:
         cfg=config["eval"]["teacher_code"],
     threads: 8
     log:
-        log_path("eval/teacher_check_{model}"),
+        layout.log_path("eval/teacher_check_{model}"),
     benchmark:
-        bench_path("eval/teacher_check_{model}"),
+        layout.bench_path("eval/teacher_check_{model}"),
     conda:
         "../envs/ar2dlm.yaml"
     script:

@@ -39,7 +39,7 @@ def smoke_tokenizer(tmp_path_factory):
     from ar2dlm.data.code_suite import generate_code_suite
     from ar2dlm.data.corpus import suite_documents
     from ar2dlm.data.math_suite import generate_math_suite
-    from ar2dlm.tokenization import train_bpe_tokenizer
+    from ar2dlm.data.tokenization import train_bpe_tokenizer
 
     code, _ = generate_code_suite(300, 1, 0.2, 0)
     maths, _ = generate_math_suite(200, 1, 0)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from ar2dlm.attention import attention_mask, block_ids, position_ids, two_copy_inputs
+from ar2dlm.core.attention import attention_mask, block_ids, position_ids, two_copy_inputs
 
 
 @pytest.fixture(params=["sdpa", "eager"])

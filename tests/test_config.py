@@ -78,7 +78,7 @@ def test_one_figure_builds_only_what_it_needs(dry_run):
 def test_embedded_default_is_the_tiny_preset():
     import yaml
 
-    from ar2dlm.config import merge_preset
+    from ar2dlm.pipeline.config import merge_preset
 
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     tiny = yaml.safe_load((REPO / "config" / "presets" / "tiny.yaml").read_text())
@@ -86,7 +86,7 @@ def test_embedded_default_is_the_tiny_preset():
 
 
 def test_override_merges_over_preset():
-    from ar2dlm.config import merge_preset
+    from ar2dlm.pipeline.config import merge_preset
 
     cfg = merge_preset({"preset": "smoke", "models": {"tiny": {"pretrain": {"steps": 7}}}}, REPO / "config")
     assert cfg["models"]["tiny"]["pretrain"]["steps"] == 7
@@ -171,8 +171,8 @@ def test_lint_is_clean():
 
 
 def test_runs_compose_method_defaults_with_their_own_keys():
-    from ar2dlm.config import merge_preset
-    from ar2dlm.runs import resolve_run
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.pipeline.runs import resolve_run
 
     cfg = merge_preset({"preset": "tiny"}, REPO / "config")
     ra = resolve_run(cfg, "ra")
@@ -188,8 +188,8 @@ def test_runs_compose_method_defaults_with_their_own_keys():
 
 
 def test_smoke_extends_tiny_with_the_same_grid():
-    from ar2dlm.config import merge_preset
-    from ar2dlm.runs import resolve_run
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.pipeline.runs import resolve_run
 
     tiny = merge_preset({"preset": "tiny"}, REPO / "config")
     smoke = merge_preset({"preset": "smoke"}, REPO / "config")
@@ -200,9 +200,9 @@ def test_smoke_extends_tiny_with_the_same_grid():
 
 
 def test_run_seeds_and_merge_seeds_narrow_the_jobs():
-    from ar2dlm.config import merge_preset
-    from ar2dlm.claims import claim_inputs
-    from ar2dlm.runs import armap_jobs, conversion_jobs, eval_jobs, study_seeds
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.reporting.claims import claim_inputs
+    from ar2dlm.pipeline.runs import armap_jobs, conversion_jobs, eval_jobs, study_seeds
 
     cfg = merge_preset({"preset": "tiny"}, REPO / "config")
     spec = cfg["studies"]["repr_align/code"]

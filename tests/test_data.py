@@ -10,7 +10,7 @@ from ar2dlm.data.code_suite import FAMILIES, generate_code_suite, run_solution, 
 from ar2dlm.data.corpus import hub_documents, shuffled, take_tokens, token_counter
 from ar2dlm.data.math_suite import generate_math_suite
 from ar2dlm.data.preferences import make_preferences
-from ar2dlm.tokenization import MASK_TOKEN, encode_pair, load_pretrained_tokenizer
+from ar2dlm.data.tokenization import MASK_TOKEN, encode_pair, load_pretrained_tokenizer
 
 FIELDS = {"task_id", "prompt", "canonical_solution", "entry_point", "base_input", "plus_input", "atol"}
 
@@ -166,7 +166,7 @@ def test_build_corpus_from_a_hub_source_on_local_files(smoke_tokenizer, tmp_path
 def test_offline_pretrained_tokenizer_fails_at_once_naming_the_key(offline_hub):
     import time
 
-    from ar2dlm.models import CheckpointError
+    from ar2dlm.core.models import CheckpointError
 
     t0 = time.time()
     with pytest.raises(CheckpointError, match="data.tokenizer.path"):

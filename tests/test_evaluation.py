@@ -107,8 +107,8 @@ ARCH = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "nu
 def arith_teacher(smoke_tokenizer, tmp_path_factory):
     """A small causal model trained on the worked answers of 40 arithmetic questions."""
     from ar2dlm.data.math_suite import generate_math_suite
-    from ar2dlm.models import build_qwen3, save_model
-    from ar2dlm.teacher import ar_conventions
+    from ar2dlm.core.models import build_qwen3, save_model
+    from ar2dlm.training.teacher import ar_conventions
     from ar2dlm.training.ar_pretrain import pack_documents, pretrain
 
     tok, _ = smoke_tokenizer
@@ -126,7 +126,8 @@ def arith_teacher(smoke_tokenizer, tmp_path_factory):
 
 def test_harness_class_scores_a_local_multiple_choice_task(arith_teacher, tmp_path):
     from ar2dlm.data.math_suite import choice_items
-    from ar2dlm.evaluation.harness import HarnessLM, evaluate_harness, local_task
+    from ar2dlm.evaluation.harness import HarnessLM, evaluate_harness
+    from ar2dlm.evaluation.suite import local_task
 
     root, items = arith_teacher
     write_jsonl(tmp_path / "choice.jsonl", choice_items(items, seed=0))
@@ -169,30 +170,28 @@ def test_maths_answer_extraction():
 
 
 def test_maths_exact_match_scores_generated_answers(arith_teacher):
-    from ar2dlm.conventions import Conventions
     from ar2dlm.evaluation.maths import evaluate_math, extract_answer
-    from ar2dlm.models import load_model
+    from ar2dlm.core.models import load_model
 
     root, items = arith_teacher
-    model, tok, info = load_model(root / "ar")
-    res = evaluate_math(model, tok, Conventions.from_dict(info), items, {"max_new_tokens": 32, "batch_size": 16})
+    model, tok, conv, _ = load_model(root / "ar")
+    res = evaluate_math(model, tok, conv, items, {"max_new_tokens": 32, "batch_size": 16})
     assert res["metrics"]["exact_match"] == sum(r["correct"] for r in res["samples"]) / 40
     assert all(r["correct"] == (r["prediction"] == r["answer"]) for r in res["samples"])
     assert all(r["prediction"] == extract_answer(r["raw"]) for r in res["samples"])
 
 
 def test_embeddings_run_through_mteb_bidirectional_for_dlms(arith_teacher):
-    from ar2dlm.conventions import Conventions
     from ar2dlm.evaluation.embeddings import MeanPooledEncoder, docstring_retrieval_task, evaluate_embeddings
-    from ar2dlm.models import load_model
+    from ar2dlm.core.models import load_model
 
     root, _ = arith_teacher
     _, held = generate_code_suite(10, 20, 0.2, seed=0)
     texts = ["def f(x):\n    return x", "a b c d e f"]
     out = {}
     for kind in ("ar", "dlm"):
-        model, tok, info = load_model(root / kind)
-        enc = MeanPooledEncoder(model, tok, Conventions.from_dict(info), kind)
+        model, tok, conv, _ = load_model(root / kind)
+        enc = MeanPooledEncoder(model, tok, conv, kind)
         out[kind] = enc.embed(texts)
         scores = evaluate_embeddings(enc, [docstring_retrieval_task(held)])["ar2dlm-DocstringToFunction"]
         assert 0 < scores["ndcg_at_10"] <= 1 and 0 <= scores["recall_at_1"] <= 1
@@ -213,7 +212,7 @@ def test_mbpp_format_through_evalplus_with_extracted_functions(tmp_path):
 
 
 def test_benchmark_problems_sources(tmp_path, monkeypatch):
-    from ar2dlm.config import ConfigError
+    from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.evaluation.problems import benchmark_problems
 
     _, held = generate_code_suite(10, 12, 0.2, seed=0)

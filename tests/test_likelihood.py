@@ -4,9 +4,9 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from ar2dlm.conventions import Conventions
-from ar2dlm.diffusion import diffusion_loss, eligible_tokens, forward_aligned, masking_probs, noise
-from ar2dlm.likelihood import ar_loglikelihood, dlm_elbo, loglikelihood
+from ar2dlm.core.conventions import Conventions
+from ar2dlm.core.diffusion import diffusion_loss, eligible_tokens, forward_aligned, masking_probs, noise
+from ar2dlm.core.likelihood import ar_loglikelihood, dlm_elbo, loglikelihood
 
 EOS, PAD, MASK, V = 1, 2, 3, 40
 

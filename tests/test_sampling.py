@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from ar2dlm.conventions import Conventions
-from ar2dlm.sampling import generate_ar, generate_dlm
+from ar2dlm.core.conventions import Conventions
+from ar2dlm.core.sampling import generate_ar, generate_dlm
 
 EOS, PAD, MASK, V = 1, 2, 3, 48
 

@@ -49,8 +49,8 @@ def test_summary_reports_measured_teacher_numbers(smoke_run):
 
 
 def test_every_study_evaluation_is_written(smoke_run):
-    from ar2dlm.config import merge_preset
-    from ar2dlm.runs import eval_jobs
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.pipeline.runs import eval_jobs
 
     config = merge_preset(yaml.safe_load(open(SMOKE)), REPO / "config")
     conversions, teachers = eval_jobs(config)
@@ -97,7 +97,7 @@ def test_armap_outputs(smoke_run):
 
 
 def test_tables_figures_and_claims(smoke_run):
-    from ar2dlm.config import merge_preset
+    from ar2dlm.pipeline.config import merge_preset
 
     config = merge_preset(yaml.safe_load(open(SMOKE)), REPO / "config")
     results = smoke_run / "results"
@@ -117,7 +117,7 @@ def test_tables_figures_and_claims(smoke_run):
     import pandas as pd
     from transformers import AutoModelForCausalLM
 
-    from ar2dlm.tables import parameter_count
+    from ar2dlm.reporting.tables import parameter_count
 
     freezing = pd.read_csv(results / "tables" / "repr_align" / "freezing.csv").set_index("run")
     for run in ("ra", "ra_freeze"):

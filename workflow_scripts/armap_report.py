@@ -1,6 +1,6 @@
-from ar2dlm.armap.report import gamma_figure, main_table, merges_table, shadowing_figure
+from ar2dlm.reporting.armap import gamma_figure, main_table, merges_table, shadowing_figure
 from ar2dlm.provenance import log_to
-from ar2dlm.tables import write_table
+from ar2dlm.reporting.tables import write_table
 
 log_to(snakemake.log[0])
 config, out = snakemake.params.config, snakemake.output

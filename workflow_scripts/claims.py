@@ -1,10 +1,10 @@
 from pathlib import Path
 
-from ar2dlm.claims import claims_markdown, evaluate_claims
+from ar2dlm.reporting.claims import claims_markdown, evaluate_claims
 from ar2dlm.provenance import log_to
 
 log_to(snakemake.log[0])
 config = snakemake.params.config
-df = evaluate_claims(config, "results")
+df = evaluate_claims(config)
 df.to_csv(snakemake.output.csv, index=False)
 Path(snakemake.output.md).write_text(claims_markdown(df, config["preset"]))

@@ -1,12 +1,13 @@
 from pathlib import Path
 
 from ar2dlm.evaluation.suite import run_benchmark
+from ar2dlm.pipeline.layout import checkpoint_dir
 from ar2dlm.provenance import log_to, write_json, write_jsonl
 
 log_to(snakemake.log[0], snakemake.threads)
 wc, inp, out = snakemake.wildcards, snakemake.input, Path(snakemake.output[0])
 if "manifest" in inp.keys():
-    model_dir, seed = Path(inp.manifest).parent / f"step_{wc.step}", int(wc.seed)
+    model_dir, seed = checkpoint_dir(Path(inp.manifest).parent, wc.step), int(wc.seed)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"no checkpoint {model_dir} (the run writes every training.checkpoint_every steps)")
 else:  # a teacher, DPO'd or merged model folder

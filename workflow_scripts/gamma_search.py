@@ -1,6 +1,6 @@
 from ar2dlm.armap.pipeline import preference_rows, search
 from ar2dlm.provenance import log_to
-from ar2dlm.runs import final_checkpoint
+from ar2dlm.pipeline.layout import final_checkpoint
 
 log_to(snakemake.log[0], snakemake.threads)
 inp, out, wc, p = snakemake.input, snakemake.output, snakemake.wildcards, snakemake.params

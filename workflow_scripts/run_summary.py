@@ -1,7 +1,7 @@
 from pathlib import Path
 
 from ar2dlm.provenance import log_to, write_json
-from ar2dlm.report import run_summary
+from ar2dlm.reporting.summaries import run_summary
 
 log_to(snakemake.log[0])
 inp, p = snakemake.input, snakemake.params

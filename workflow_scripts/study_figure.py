@@ -1,5 +1,5 @@
 from ar2dlm.provenance import log_to
-from ar2dlm.tables import study_figure
+from ar2dlm.reporting.figures import study_figure
 
 log_to(snakemake.log[0])
-study_figure(snakemake.params.config, snakemake.params.study, snakemake.output.pdf, snakemake.output.png, "results")
+study_figure(snakemake.params.config, snakemake.params.study, snakemake.output.pdf, snakemake.output.png)

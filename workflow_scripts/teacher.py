@@ -1,5 +1,5 @@
 from ar2dlm.provenance import log_to
-from ar2dlm.teacher import fetch_teacher, pretrain_teacher
+from ar2dlm.training.teacher import fetch_teacher, pretrain_teacher
 
 log_to(snakemake.log[0], snakemake.threads)
 p, out = snakemake.params, snakemake.output

@@ -1,138 +1,136 @@
-"""DPO on the AR teacher with TRL, and the baseline: DPO directly on a DLM with ELBO log-likelihoods.
+"""DPO with TRL, on the AR teacher and, as AR-MAP's baseline, directly on a DLM.
 
-TRL's ``DPOTrainer`` scores sequences causally, so it cannot train a DLM; the DLM baseline is the
-same loss with each log-likelihood replaced by a Monte Carlo ELBO whose masks are shared between
-the policy and the frozen reference for each sequence (VRPO's variance reduction: the mask noise
-cancels in the log-ratio), written here because no library implements it.
+Both run TRL's ``DPOTrainer`` with the same settings and logging. TRL scores each sequence with a
+causal forward (``model(..., labels=..., fused_lm_head=True).log_probs``); ``DLMDPOTrainer``
+overrides only that: for a DLM the per-token log-probabilities are the terms of the core Monte
+Carlo ELBO (:func:`ar2dlm.core.likelihood.elbo_terms`), whose masks are drawn from a generator
+seeded by the training step and the sequences themselves, so the policy and the frozen reference
+score each sequence under the same masks (VRPO's variance reduction: the mask noise cancels in the
+log-ratio). TRL's DPO loss, optimizer, schedule and metrics are used as they are.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
+import zlib
 
 import torch
 
-from ..conventions import Conventions
-from ..models import load_conventions, load_model, save_model
+from ..core.likelihood import elbo_terms
+from ..core.models import load_model, save_model
 from ..provenance import library_versions
 
 FIELDS = ("prompt", "chosen", "rejected")
 
 
-def train_ar_dpo(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir, cfg: dict, seed: int,
-                 domains: list[str]) -> dict:
-    """DPO of a causal model with TRL (fp32 on CPU); saves an HF folder with the conventions and
-    provenance, including TRL's reward accuracy on the held-out pairs before and after."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import DPOConfig, DPOTrainer
+def dpo_args(cfg: dict, seed: int, output_dir: str):
+    """TRL's DPOConfig from a dpo section of the config (fp32 on CPU, bf16 on GPU)."""
+    from trl import DPOConfig
 
-    info = load_conventions(model_dir)
-    if info["attention"] != "causal":
-        raise ValueError(f"{model_dir} is a {info['attention']}-attention model; TRL's DPO trains causal models")
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    to_ds = lambda rows: Dataset.from_list([{k: r[k] for k in FIELDS} for r in rows])  # noqa: E731
     gpu = torch.cuda.is_available()
+    return DPOConfig(output_dir=output_dir, beta=cfg["beta"], max_steps=cfg["steps"], learning_rate=cfg["lr"],
+                     per_device_train_batch_size=cfg["batch_size"], per_device_eval_batch_size=cfg["batch_size"],
+                     lr_scheduler_type="cosine", warmup_steps=max(1, cfg["steps"] // 10),
+                     max_length=cfg["max_length"], logging_steps=10, save_strategy="no", eval_strategy="no",
+                     report_to=[], use_cpu=not gpu, bf16=gpu, seed=seed, data_seed=seed)
+
+
+def _dataset(rows):
+    from datasets import Dataset
+
+    return Dataset.from_list([{k: r[k] for k in FIELDS} for r in rows])
+
+
+class _ElboOutput:
+    """What TRL's DPO loss reads from a fused forward, for a DLM: per-token terms aligned to the
+    next-token labels (``[:, j]`` scores token j + 1), zero outside the completion."""
+
+    def __init__(self, terms, logits, clean, masked):
+        self.log_probs = terms[:, 1:]
+        logp = torch.log_softmax(logits.detach().float(), -1)
+        self.entropy = (-(logp.exp() * logp).sum(-1) * masked)[:, 1:]
+        self.mean_logits = (logits.detach().float().mean(-1) * masked)[:, 1:]
+        self.is_top1 = ((logits.detach().argmax(-1) == clean) & masked.bool())[:, 1:]
+        self.aux_loss = None
+
+
+def make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, output_dir):
+    """TRL's DPOTrainer for a causal model, ``DLMDPOTrainer`` for a DLM (``conv`` says which)."""
+    from trl import DPOTrainer
+
+    cls = DPOTrainer if not conv.is_diffusion else _dlm_trainer_class()
+    kwargs = {} if not conv.is_diffusion else {"conventions": conv, "elbo_samples": cfg["elbo_samples"]}
+    return cls(model=model, ref_model=ref, args=dpo_args(cfg, seed, output_dir), train_dataset=_dataset(train_rows),
+               eval_dataset=_dataset(eval_rows), processing_class=tok, **kwargs)
+
+
+def _dlm_trainer_class():
+    from trl import DPOTrainer
+
+    class DLMDPOTrainer(DPOTrainer):
+        """DPO on a DLM: sequence log-likelihoods are ELBOs under masks shared by policy and reference."""
+
+        def __init__(self, *args, conventions, elbo_samples: int, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.conv, self.elbo_samples = conventions, elbo_samples
+            for m in (self.model, self.ref_model):
+                self._add_elbo_head(m)
+
+        def _mask_seed(self, input_ids) -> int:
+            """Seed of the masks of one batch: the training step and the sequences themselves, so the
+            policy and the reference draw the same masks for the same batch."""
+            content = zlib.crc32(input_ids.detach().cpu().numpy().tobytes())
+            return (self.args.seed * 1_000_003 + self.state.global_step) * 4_294_967_311 + content
+
+        def _add_elbo_head(self, model) -> None:
+            fused_forward = model.forward  # TRL's; with fused_lm_head=False it is the model's own forward
+
+            def forward(*args, fused_lm_head=False, labels=None, **kwargs):
+                if not fused_lm_head:
+                    return fused_forward(*args, labels=labels, **kwargs)
+                ids, valid = kwargs["input_ids"], kwargs["attention_mask"]
+                completion = labels != -100
+                plens = (completion.long().cumsum(1) == 0).sum(1)  # rows are right-padded prompt + completion
+                gen = torch.Generator().manual_seed(self._mask_seed(ids) % (1 << 63))
+                e = elbo_terms(model, self.conv, ids, valid, plens, gen, n_samples=self.elbo_samples)
+                return _ElboOutput(e.terms, e.logits, ids, e.masked)
+
+            model.forward = forward
+
+    return DLMDPOTrainer
+
+
+def train_dpo(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir, cfg: dict, seed: int,
+              domains: list[str]) -> dict:
+    """DPO of the model in ``model_dir`` (the AR teacher, or a DLM: AR-MAP's direct baseline) on
+    preference pairs; saves an HF folder with the model's conventions and the provenance: TRL's
+    log, and the held-out reward accuracy before and after (for a DLM, scored with the core ELBO on
+    ``eval_elbo_samples`` masks, as AR-MAP's gamma search scores it)."""
+    model, tok, conv, info = load_model(model_dir, dtype=torch.float32)
+    ref = load_model(model_dir, dtype=torch.float32).model.eval().requires_grad_(False)
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        args = DPOConfig(output_dir=tmp, beta=cfg["beta"], max_steps=cfg["steps"], learning_rate=cfg["lr"],
-                         per_device_train_batch_size=cfg["batch_size"], per_device_eval_batch_size=cfg["batch_size"],
-                         lr_scheduler_type="cosine", warmup_steps=max(1, cfg["steps"] // 10),
-                         max_length=cfg["max_length"], logging_steps=10, save_strategy="no", eval_strategy="no",
-                         report_to=[], use_cpu=not gpu, bf16=gpu, seed=seed, data_seed=seed)
-        trainer = DPOTrainer(model=model, args=args, train_dataset=to_ds(train_rows), eval_dataset=to_ds(eval_rows),
-                             processing_class=tok)
-        before = trainer.evaluate()
-        trainer.train()
-        after = trainer.evaluate()
+        trainer = make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, tmp)
+        if conv.is_diffusion:
+            from .gamma import reward_accuracy
+
+            score = lambda m: reward_accuracy(m, ref, conv, eval_rows, tok, beta=cfg["beta"],  # noqa: E731
+                                              n_samples=cfg["eval_elbo_samples"], seed=seed)
+            before = score(ref)
+            trainer.train()
+            model.eval()
+            after, eval_loss = score(model), None
+        else:
+            before = trainer.evaluate()["eval_rewards/accuracies"]
+            trainer.train()
+            result = trainer.evaluate()
+            after, eval_loss = result["eval_rewards/accuracies"], result["eval_loss"]
         log = trainer.state.log_history
-    provenance = {**{k: info[k] for k in ("attention", "shift", "block_size", "mask_token_id", "eos_token_id",
-                                          "pad_token_id")},
-                  "method": "ar_dpo", "base_model": str(model_dir), "domains": domains, "seed": seed, "dpo": cfg,
+    provenance = {**conv.to_dict(), "method": "dlm_dpo" if conv.is_diffusion else "ar_dpo",
+                  "base_model": str(model_dir), "domains": domains, "seed": seed, "dpo": cfg,
                   "train_pairs": len(train_rows), "eval_pairs": len(eval_rows),
-                  "reward_accuracy_before": before["eval_rewards/accuracies"],
-                  "reward_accuracy": after["eval_rewards/accuracies"], "eval_loss": after["eval_loss"],
+                  "reward_accuracy_before": before, "reward_accuracy": after, "eval_loss": eval_loss,
                   "wall_seconds": round(time.time() - t0, 1), "log": log, "versions": library_versions()}
     save_model(trainer.model, tok, out_dir, provenance)
-    return provenance
-
-
-def _encode_rows(tok, rows, max_length):
-    from ..tokenization import encode_pair
-
-    out = []
-    for r in rows:
-        p, w = encode_pair(tok, r["prompt"], r["chosen"])
-        _, l = encode_pair(tok, r["prompt"], r["rejected"])
-        p = p[-max(1, max_length - max(len(w), len(l))):]
-        out.append((p, w[: max_length - len(p)], l[: max_length - len(p)]))
-    return out
-
-
-def _elbo(model, conv, seqs, n_samples, gen_seed):
-    """ELBO of each (prompt, completion) with ``n_samples`` masks drawn from ``gen_seed``: the same
-    masks for every model given the same seed (grad flows when the model requires it)."""
-    from ..diffusion import forward_aligned, noise, token_nll
-    from ..training.data import collate
-
-    ids, valid, plens = (t.to(model.device) for t in collate([(p + c, len(p)) for p, c in seqs for _ in range(n_samples)],
-                                                             conv.pad_token_id))
-    gen = torch.Generator().manual_seed(gen_seed)
-    nb = noise(ids, valid, plens, conv, generator=gen)
-    logits, _ = forward_aligned(model, nb, conv)
-    per_row = -(token_nll(logits, nb.clean) * nb.weight).sum(1)
-    return per_row.view(len(seqs), n_samples).mean(1)
-
-
-def train_dlm_dpo(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir, cfg: dict, seed: int,
-                  domains: list[str]) -> dict:
-    """DPO on a DLM: loss -log sigmoid(beta * ((E_w - E_w_ref) - (E_l - E_l_ref))) with ELBOs E
-    under shared masks; AdamW, cosine schedule, same pairs and steps as the AR DPO."""
-    from ..training.ar_pretrain import lr_at
-    from .gamma import reward_accuracy
-
-    model, tok, info = load_model(model_dir, dtype=torch.float32)
-    ref, _, _ = load_model(model_dir, dtype=torch.float32)
-    ref.eval().requires_grad_(False)
-    conv = Conventions.from_dict(info)
-    if not conv.is_diffusion:
-        raise ValueError(f"{model_dir} is causal; DLM DPO needs a diffusion model")
-    data = _encode_rows(tok, train_rows, cfg["max_length"])
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
-    rng = torch.Generator().manual_seed(seed)
-    k, bs = cfg["elbo_samples"], cfg["batch_size"]
-    before = reward_accuracy(ref, ref, conv, eval_rows, tok, beta=cfg["beta"], n_samples=cfg["eval_elbo_samples"],
-                             seed=seed)
-    t0, log = time.time(), []
-    model.train()
-    for step in range(cfg["steps"]):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg["steps"], cfg["lr"], max(1, cfg["steps"] // 10))
-        idx = torch.randint(len(data), (bs,), generator=rng).tolist()
-        wins = [(data[i][0], data[i][1]) for i in idx]
-        loses = [(data[i][0], data[i][2]) for i in idx]
-        s = seed * 1_000_003 + step
-        with torch.no_grad():
-            ref_w, ref_l = _elbo(ref, conv, wins, k, s), _elbo(ref, conv, loses, k, s + 500_000)
-        pol_w, pol_l = _elbo(model, conv, wins, k, s), _elbo(model, conv, loses, k, s + 500_000)
-        margin = cfg["beta"] * ((pol_w - ref_w) - (pol_l - ref_l))
-        loss = -torch.nn.functional.logsigmoid(margin).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step % 10 == 0 or step + 1 == cfg["steps"]:
-            log.append({"step": step, "loss": float(loss), "reward_accuracy": float((margin > 0).float().mean())})
-    model.eval()
-    after = reward_accuracy(model, ref, conv, eval_rows, tok, beta=cfg["beta"], n_samples=cfg["eval_elbo_samples"],
-                            seed=seed)
-    provenance = {**{k2: info[k2] for k2 in ("attention", "shift", "block_size", "mask_token_id", "eos_token_id",
-                                             "pad_token_id")},
-                  "method": "dlm_dpo", "base_model": str(model_dir), "domains": domains, "seed": seed, "dpo": cfg,
-                  "train_pairs": len(train_rows), "eval_pairs": len(eval_rows),
-                  "reward_accuracy_before": before, "reward_accuracy": after,
-                  "wall_seconds": round(time.time() - t0, 1), "log": log, "versions": library_versions()}
-    save_model(model, tok, out_dir, provenance)
     return provenance

@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from ..likelihood import dlm_elbo
-from ..tokenization import encode_pair
+from ..core.likelihood import dlm_elbo
+from ..data.tokenization import encode_pair
 from .merge import add_scaled, merged_vector
 
 

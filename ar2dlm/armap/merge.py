@@ -9,6 +9,9 @@ is the input. Every merge keeps the base's dtype; arithmetic runs in float32.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
 
 StateDict = dict[str, torch.Tensor]
@@ -85,12 +88,22 @@ def dare(tau: StateDict, p: float, seed: int = 0) -> StateDict:
     return {k: t * (torch.rand(t.shape, generator=gen) >= p) / (1 - p) for k, t in tau.items()}
 
 
+@dataclass(frozen=True)
+class Merge:
+    vector: Callable[[StateDict, dict, int], StateDict]  # (tau, options, seed) -> the vector transferred
+    options: tuple[str, ...]  # its config keys (armap.merges.<name>)
+
+
+# The preference vector each merge transfers (the schema's armap.merges names; a test ties the two).
+MERGES = {
+    "task_arithmetic": Merge(lambda tau, options, seed: tau, ()),
+    "ties": Merge(lambda tau, options, seed: ties([tau], options["density"]), ("density",)),
+    "dare": Merge(lambda tau, options, seed: dare(tau, options["p"], seed), ("p",)),
+}
+
+
 def merged_vector(tau: StateDict, merge: str, options: dict, seed: int = 0) -> StateDict:
     """The preference vector a merge transfers: as is (task arithmetic), TIES-trimmed or DARE-dropped."""
-    if merge == "task_arithmetic":
-        return tau
-    if merge == "ties":
-        return ties([tau], options["density"])
-    if merge == "dare":
-        return dare(tau, options["p"], seed)
-    raise ValueError(f"unknown merge {merge!r} (known: task_arithmetic, ties, dare)")
+    if merge not in MERGES:
+        raise ValueError(f"unknown merge {merge!r} (known: {', '.join(MERGES)})")
+    return MERGES[merge].vector(tau, options, seed)

@@ -6,8 +6,7 @@ import time
 
 import torch
 
-from ..conventions import Conventions
-from ..models import load_model, save_model
+from ..core.models import load_model, save_model
 from ..provenance import library_versions, read_jsonl, write_json
 from .gamma import gamma_search
 from .merge import task_vector
@@ -22,7 +21,7 @@ def preference_rows(paths: list[str], limit: int | None = None) -> list[dict]:
 
 
 def _state(model_dir) -> dict:
-    model, _, _ = load_model(model_dir, dtype=torch.float32)
+    model = load_model(model_dir, dtype=torch.float32).model
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -40,8 +39,7 @@ def search(teacher_dir, dpo_dir, dlm_dir, eval_rows: list[dict], cfg: dict, merg
     HF folder carrying the DLM's conventions."""
     t0 = time.time()
     tau = task_vector(_state(dpo_dir), _state(teacher_dir))
-    model, tok, info = load_model(dlm_dir, dtype=torch.float32)
-    conv = Conventions.from_dict(info)
+    model, tok, conv, info = load_model(dlm_dir, dtype=torch.float32)
     if not conv.is_diffusion:
         raise ValueError(f"{dlm_dir} is causal; AR-MAP transfers preferences to a DLM")
     result = gamma_search(model, conv, tok, model.state_dict(), tau, eval_rows, grid=cfg["grid"], merge=merge,

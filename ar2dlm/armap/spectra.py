@@ -58,7 +58,7 @@ def spectra_table(tau_pref: dict, tau_diffusion: dict, top_k: int = 8) -> pd.Dat
 
 def plot_shadowing(table: pd.DataFrame, title: str, pdf_path, png_path) -> None:
     """Shadowing ratio by layer, one line per module type (log scale; 1 = equal spectral norms)."""
-    from ..figures import pyplot, save
+    from ..reporting.figures import pyplot, save
 
     plt = pyplot()
 

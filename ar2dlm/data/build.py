@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..provenance import library_versions, read_jsonl, write_json, write_jsonl
-from ..tokenization import load_pretrained_tokenizer, train_bpe_tokenizer
+from .tokenization import load_pretrained_tokenizer, train_bpe_tokenizer
 from .code_suite import generate_code_suite
 from .corpus import hub_documents, shuffled, stdlib_documents, suite_documents, take_tokens, token_counter
 from .math_suite import generate_math_suite

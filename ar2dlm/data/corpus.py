@@ -1,7 +1,7 @@
 """Pretraining corpora and the seeded token-budget subsampler.
 
 A document is ``{"prompt": str, "completion": str, "source": str}``; plain text has an empty
-prompt. Token counts use :func:`ar2dlm.tokenization.encode_pair` (prompt and completion encoded
+prompt. Token counts use :func:`ar2dlm.data.tokenization.encode_pair` (prompt and completion encoded
 separately, end-of-text appended), so a budget means the tokens a trainer will actually see.
 
 The subset and the stream of a corpus are prefixes of one seeded shuffle of the same source, so
@@ -15,7 +15,16 @@ import sysconfig
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from ..tokenization import encode_pair
+from .tokenization import encode_pair
+
+
+# Distillation prompt sets drawn from the synthetic corpus: the document sources each one keeps.
+PROMPT_SOURCES = {"all": ("code", "math"), "code": ("code",), "math": ("math",)}
+
+
+def prompt_documents(docs: list[dict], prompts: str) -> list[dict]:
+    """The synthetic corpus's documents of prompt set ``prompts`` (a key of PROMPT_SOURCES)."""
+    return [d for d in docs if d.get("source") in PROMPT_SOURCES[prompts]]
 
 
 def suite_documents(code_train: list[dict], math_train: list[dict]) -> list[dict]:

@@ -130,8 +130,8 @@ def evaluate_code(model, tokenizer, conv, tasks: list[dict], cfg: dict, seed: in
     post-process them, score them against ``tasks`` and return metrics, per-task results and the
     samples. ``cfg``: n_samples, temperature, max_new_tokens, batch_size, format, dataset, style,
     parallel, and for DLMs threshold and (bidirectional models) block_size."""
-    from ..sampling import generate
-    from ..tokenization import encode_pair
+    from ..core.sampling import generate
+    from ..data.tokenization import encode_pair
 
     n = cfg["n_samples"]
     temperature = cfg["temperature"] if n > 1 else 0.0

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..attention import attention_mask, position_ids
-from ..conventions import Conventions
-from ..sampling import left_pad
+from ..core.attention import attention_mask, position_ids
+from ..core.conventions import Conventions
+from ..core.sampling import left_pad
 
 
 class MeanPooledEncoder:

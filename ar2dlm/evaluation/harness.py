@@ -13,17 +13,13 @@ module is imported, ``lm_eval --model ar2dlm --model_args pretrained=<model dir>
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
-import yaml
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from ..conventions import Conventions
-from ..likelihood import ar_scores, dlm_elbo
-from ..models import load_model
-from ..sampling import generate
+from ..core.likelihood import ar_scores, dlm_elbo
+from ..core.models import load_model
+from ..core.sampling import generate
 
 
 @register_model("ar2dlm")
@@ -34,8 +30,7 @@ class HarnessLM(LM):
         super().__init__()
         if isinstance(dtype, str):  # from lm-eval's model_args, e.g. dtype=bfloat16
             dtype = getattr(torch, dtype)
-        self.model, self.tokenizer, info = load_model(pretrained, dtype=dtype)
-        self.conv = Conventions.from_dict(info)
+        self.model, self.tokenizer, self.conv, _ = load_model(pretrained, dtype=dtype)
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16
         self.elbo_samples, self.threshold, self.seed = int(elbo_samples), float(threshold), int(seed)
         self.block_size = int(block_size) if block_size not in (None, "None") else None
@@ -64,7 +59,7 @@ class HarnessLM(LM):
     @torch.no_grad()
     def _dlm_greedy(self, prompt: list[int], cont: list[int]) -> bool:
         """Whether each continuation token is the argmax when it alone is masked (one row per token)."""
-        from ..diffusion import NoisedBatch, forward_aligned
+        from ..core.diffusion import NoisedBatch, forward_aligned
 
         n, dev = len(cont), self.model.device
         clean = torch.tensor([prompt + cont] * n, device=dev)
@@ -104,16 +99,6 @@ class HarnessLM(LM):
                 text = text.split(stop)[0]
             out.append(text)
         return out
-
-
-LOCAL_TASKS = Path(__file__).parent / "tasks"
-
-
-def local_task(name: str, data_file: str | Path) -> dict:
-    """A task config kept in this repo (``tasks/<name>.yaml``) pointed at a data file."""
-    cfg = yaml.safe_load((LOCAL_TASKS / f"{name}.yaml").read_text())
-    cfg["dataset_kwargs"]["data_files"]["test"] = str(Path(data_file).resolve())
-    return cfg
 
 
 def evaluate_harness(lm: HarnessLM, tasks: list, limit: int | None = None, num_fewshot: int | None = None,

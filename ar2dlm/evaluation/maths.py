@@ -40,8 +40,8 @@ def extract_answer(text: str) -> str | None:
 
 def evaluate_math(model, tokenizer, conv, items: list[dict], cfg: dict, seed: int = 0) -> dict:
     """Exact match of extracted final answers against ``answer`` on ``items`` ({prompt, answer})."""
-    from ..sampling import generate
-    from ..tokenization import encode_pair
+    from ..core.sampling import generate
+    from ..data.tokenization import encode_pair
 
     prompts = [encode_pair(tokenizer, it["prompt"], "", eos=False)[0] for it in items]
     outs, stats = generate(model, tokenizer, conv, prompts, cfg["max_new_tokens"], block_size=cfg.get("block_size"),

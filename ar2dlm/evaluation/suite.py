@@ -1,38 +1,56 @@
 """One entry point for every benchmark kind, used by the evaluation rules: load any model the
-pipeline wrote (AR teacher, conversion checkpoint, DPO'd or merged model), read its decoding
-conventions from the JSON beside it, run the benchmark, return one JSON-ready result."""
+pipeline wrote (AR teacher, conversion checkpoint, DPO'd or merged model) with its decoding
+conventions, run the benchmark, return one JSON-ready result.
+
+``BENCHMARK_KINDS`` is the registry of kinds (the schema's ``eval.benchmarks.*.kind`` names, a test
+ties the two): how each runs, the data files it reads, the metrics its tables and claims show,
+and whether it generates text (its generation lengths must then be whole decoding blocks)."""
 
 from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from ..config import deep_merge
-from ..conventions import Conventions
-from ..models import load_model
+import yaml
+
+from ..core.models import load_conventions, load_model
+from ..pipeline import layout
 from ..provenance import library_versions, read_jsonl, write_jsonl
 
-KINDS = ("code", "math", "harness", "embeddings", "throughput", "likelihood")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # torch dtype names; torch loads with the model, not at DAG build
+LOCAL_TASKS = Path(__file__).parent / "tasks"  # lm-eval task configs kept here, built from the maths suite
+LOCAL_HARNESS_TASKS = tuple(sorted(p.stem for p in LOCAL_TASKS.glob("*.yaml")))
 
 
-def benchmark_settings(config: dict, name: str) -> dict:
-    """The benchmark's config over the preset's default decoding settings."""
-    return deep_merge(config["eval"]["decoding"], config["eval"]["benchmarks"][name])
+def local_task(name: str, data_file: str | Path) -> dict:
+    """A task config kept in this repo (``tasks/<name>.yaml``) pointed at a data file."""
+    cfg = yaml.safe_load((LOCAL_TASKS / f"{name}.yaml").read_text())
+    cfg["dataset_kwargs"]["data_files"]["test"] = str(Path(data_file).resolve())
+    return cfg
 
 
-def _code(model, tok, conv, spec, inputs, seed):
+def _load(model_dir, spec):
+    import torch
+
+    return load_model(model_dir, dtype=getattr(torch, DTYPES[spec.get("dtype", "fp32")]))
+
+
+def _code(model_dir, spec, inputs, seed, name):
     from .code import evaluate_code
 
-    return evaluate_code(model, tok, conv, read_jsonl(inputs["problems"]), spec, seed=seed)
+    model, tok, conv, info = _load(model_dir, spec)
+    return info, evaluate_code(model, tok, conv, read_jsonl(inputs["problems"]), spec, seed=seed)
 
 
-def _throughput(model, tok, conv, spec, inputs, seed):
+def _throughput(model_dir, spec, inputs, seed, name):
     """Accuracy, tokens/s and tokens per step across thresholds (and decoding block sizes for
     bidirectional DLMs; a block-attention model decodes with its own); one row for AR models."""
     from .code import evaluate_code
 
+    model, tok, conv, info = _load(model_dir, spec)
     tasks = read_jsonl(inputs["problems"])
     if not conv.is_diffusion:
         grid = [(None, None)]
@@ -45,21 +63,26 @@ def _throughput(model, tok, conv, spec, inputs, seed):
         res = evaluate_code(model, tok, conv, tasks, {**spec, "threshold": threshold, "block_size": block,
                                                       "n_samples": 1}, seed=seed)
         rows.append({"threshold": threshold, "block_size": block, **res["metrics"], **res["decoding"]})
-    return {"metrics": {}, "n_tasks": len(tasks), "rows": rows}
+    return info, {"metrics": {}, "n_tasks": len(tasks), "rows": rows}
 
 
-def _math(model, tok, conv, spec, inputs, seed):
+def _math(model_dir, spec, inputs, seed, name):
     from .maths import evaluate_math
 
+    model, tok, conv, info = _load(model_dir, spec)
     items = read_jsonl(inputs["math"])
-    return evaluate_math(model, tok, conv, items[: spec["limit"]] if spec.get("limit") else items, spec, seed=seed)
+    return info, evaluate_math(model, tok, conv, items[: spec["limit"]] if spec.get("limit") else items, spec, seed=seed)
 
 
-def _harness(model_dir, spec, inputs, seed, dtype):
-    from .harness import HarnessLM, evaluate_harness, local_task
+def _harness(model_dir, spec, inputs, seed, name):
+    """lm-eval through the ``ar2dlm`` model class, which loads the model itself."""
+    import torch
 
-    lm = HarnessLM(model_dir, batch_size=spec["batch_size"], elbo_samples=spec["elbo_samples"],
-                   threshold=spec["threshold"], block_size=spec.get("block_size"), seed=seed, dtype=dtype)
+    from .harness import HarnessLM, evaluate_harness
+
+    lm = HarnessLM(str(model_dir), batch_size=spec["batch_size"], elbo_samples=spec["elbo_samples"],
+                   threshold=spec["threshold"], block_size=spec.get("block_size"), seed=seed,
+                   dtype=getattr(torch, DTYPES[spec.get("dtype", "fp32")]))
     with tempfile.TemporaryDirectory() as tmp:
         task = spec["task"]
         if spec["local"]:
@@ -69,26 +92,28 @@ def _harness(model_dir, spec, inputs, seed, dtype):
             write_jsonl(data, choice_items(read_jsonl(inputs["math"]), seed=0))
             task = local_task(task, data)
         scores = evaluate_harness(lm, [task], limit=spec.get("limit"), num_fewshot=spec.get("num_fewshot"), seed=seed)
-    return {"metrics": next(iter(scores.values())), "tasks": scores}
+    return load_conventions(model_dir), {"metrics": next(iter(scores.values())), "tasks": scores}
 
 
-def _embeddings(model, tok, conv, spec, inputs, seed, name):
+def _embeddings(model_dir, spec, inputs, seed, name):
     from .embeddings import MeanPooledEncoder, docstring_retrieval_task, evaluate_embeddings
 
+    model, tok, conv, info = _load(model_dir, spec)
     tasks = [docstring_retrieval_task(read_jsonl(inputs["code"])) if t == "docstring_retrieval" else t
              for t in spec["tasks"]]
     scores = evaluate_embeddings(MeanPooledEncoder(model, tok, conv, name, batch_size=spec["batch_size"]), tasks)
     mean = sum(s["main_score"] for s in scores.values()) / len(scores)
-    return {"metrics": {"main_score": mean}, "tasks": scores,
-            "pooling": "mean, " + ("bidirectional" if conv.is_diffusion else "causal")}
+    return info, {"metrics": {"main_score": mean}, "tasks": scores,
+                  "pooling": "mean, " + ("bidirectional" if conv.is_diffusion else "causal")}
 
 
-def _likelihood(model, tok, conv, spec, inputs, seed):
+def _likelihood(model_dir, spec, inputs, seed, name):
     """Per-token negative log-likelihood of held-out completions: exact for AR models, the ELBO
     bound (an upper bound on the NLL) for DLMs, with the same masks for every model."""
-    from ..likelihood import loglikelihood
-    from ..tokenization import encode_pair
+    from ..core.likelihood import loglikelihood
+    from ..data.tokenization import encode_pair
 
+    model, tok, conv, info = _load(model_dir, spec)
     metrics = {}
     for domain in ("code", "math"):
         items = read_jsonl(inputs[domain])[: spec["limit"]]
@@ -97,32 +122,49 @@ def _likelihood(model, tok, conv, spec, inputs, seed):
         kwargs = {"n_samples": spec["elbo_samples"], "seed": seed, "batch_size": spec["batch_size"]} if conv.is_diffusion else {}
         lls = loglikelihood(model, conv, pairs, **kwargs)
         metrics[f"nll_per_token_{domain}"] = -sum(lls) / sum(len(c) for _, c in pairs)
-    return {"metrics": metrics, "bound": "ELBO (upper bound on NLL)" if conv.is_diffusion else "exact"}
+    return info, {"metrics": metrics, "bound": "ELBO (upper bound on NLL)" if conv.is_diffusion else "exact"}
+
+
+def _problems(name, spec):
+    return {"problems": layout.benchmark_problems(name)}
+
+
+def _math_suite(name, spec):
+    return {"math": layout.suite_file("math", "eval")}
+
+
+@dataclass(frozen=True)
+class BenchmarkKind:
+    run: Callable  # (model_dir, spec, inputs, seed, benchmark name) -> (model info, result)
+    inputs: Callable[[str, dict], dict]  # (benchmark name, spec) -> the data files it reads, by name
+    metrics: tuple[str, ...]  # what its tables show; the first is the one a claim compares
+    decoded: bool = False  # generates text with the model's sampler
+    rows: bool = False  # one result row per decoding setting (tables take the best row)
+    suite: str | None = None  # the data config section of the synthetic suite it reads (a limit is checked against it)
+
+
+BENCHMARK_KINDS = {
+    "code": BenchmarkKind(_code, _problems, ("base_pass@1", "plus_pass@1", "base_pass@10", "plus_pass@10"),
+                          decoded=True, suite="code_suite"),
+    "math": BenchmarkKind(_math, _math_suite, ("exact_match",), decoded=True, suite="math_suite"),
+    "harness": BenchmarkKind(_harness, lambda name, spec: _math_suite(name, spec) if spec["local"] else {},
+                             ("acc", "exact_match")),
+    "embeddings": BenchmarkKind(_embeddings, lambda name, spec: {"code": layout.suite_file("code", "eval")}
+                                if "docstring_retrieval" in spec["tasks"] else {}, ("main_score",)),
+    "throughput": BenchmarkKind(_throughput, _problems, ("base_pass@1",), decoded=True, rows=True, suite="code_suite"),
+    "likelihood": BenchmarkKind(_likelihood, lambda name, spec: {"code": layout.suite_file("code", "eval"),
+                                                                 "math": layout.suite_file("math", "eval")},
+                                ("nll_per_token_code", "nll_per_token_math")),
+}
 
 
 def run_benchmark(name: str, spec: dict, model_dir: str | Path, inputs: dict, *, seed: int) -> dict:
     """Evaluate the model in ``model_dir`` on benchmark ``name`` with settings ``spec``."""
     t0 = time.time()
     kind = spec["kind"]
-    if kind not in KINDS:
-        raise ValueError(f"unknown benchmark kind {kind!r} (known: {', '.join(KINDS)})")
-    info = {}
-    import torch
-
-    dtype = getattr(torch, DTYPES[spec.get("dtype", "fp32")])
-    if kind == "harness":
-        from ..models import load_conventions
-
-        info = load_conventions(model_dir)
-        result = _harness(str(model_dir), spec, inputs, seed, dtype)
-    else:
-        model, tok, info = load_model(model_dir, dtype=dtype)
-        conv = Conventions.from_dict(info)
-        if kind == "embeddings":
-            result = _embeddings(model, tok, conv, spec, inputs, seed, name)
-        else:
-            fn = {"code": _code, "math": _math, "throughput": _throughput, "likelihood": _likelihood}[kind]
-            result = fn(model, tok, conv, spec, inputs, seed)
+    if kind not in BENCHMARK_KINDS:
+        raise ValueError(f"unknown benchmark kind {kind!r} (known: {', '.join(BENCHMARK_KINDS)})")
+    info, result = BENCHMARK_KINDS[kind].run(model_dir, spec, inputs, seed, name)
     return {"benchmark": name, "kind": kind, "model_dir": str(model_dir), "method": info.get("method"),
             "conventions": {k: info.get(k) for k in ("attention", "shift", "block_size")},
             "seed": seed, "settings": spec, **result, "wall_seconds": round(time.time() - t0, 2),

@@ -3,11 +3,10 @@ code suite, scored by evalplus."""
 
 from __future__ import annotations
 
-from ..conventions import Conventions
-from ..likelihood import ar_loglikelihood
-from ..models import load_model
+from ..core.likelihood import ar_loglikelihood
+from ..core.models import load_model
 from ..provenance import library_versions, read_jsonl
-from ..tokenization import encode_pair
+from ..data.tokenization import encode_pair
 from .code import evaluate_code
 
 
@@ -20,8 +19,7 @@ def completion_loss(model, tokenizer, items: list[tuple[str, str]], batch_size: 
 
 
 def evaluate_teacher(model_dir, code_eval_path, math_eval_path, cfg: dict) -> dict:
-    model, tok, info = load_model(model_dir)
-    conv = Conventions.from_dict(info)
+    model, tok, conv, _ = load_model(model_dir)
     if conv.is_diffusion:
         raise ValueError(f"{model_dir} is a {conv.attention}-attention model; the teacher check decodes causally")
     tasks = read_jsonl(code_eval_path)

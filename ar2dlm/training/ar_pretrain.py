@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import math
 import random
 import time
 from pathlib import Path
@@ -12,7 +10,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..tokenization import encode_pair
+from ..data.tokenization import encode_pair
+from .schedule import autocast, lr_at
 
 
 def pack_documents(docs: list[dict], tokenizer, seq_len: int, seed: int) -> torch.Tensor:
@@ -28,20 +27,6 @@ def pack_documents(docs: list[dict], tokenizer, seq_len: int, seed: int) -> torc
     if n_rows == 0:
         raise ValueError(f"corpus of {len(ids)} tokens is shorter than one sequence of {seq_len + 1}")
     return torch.tensor(ids[: n_rows * (seq_len + 1)], dtype=torch.long).view(n_rows, seq_len + 1)
-
-
-def lr_at(step: int, total: int, peak: float, warmup: int, floor: float = 0.1) -> float:
-    """Linear warm-up then cosine decay to ``floor * peak``."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
-def autocast(dtype: str):
-    if dtype == "bf16":
-        return torch.autocast("cpu" if not torch.cuda.is_available() else "cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def pretrain(model, train_rows: torch.Tensor, *, steps: int, batch_size: int, lr: float,

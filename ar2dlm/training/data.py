@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ..tokenization import encode_pair
+from ..core.diffusion import collate
+from ..data.tokenization import encode_pair
 
 
 def document_rows(docs: list[dict], tokenizer, seq_len: int) -> list[tuple[list[int], int]]:
@@ -20,17 +21,6 @@ def document_rows(docs: list[dict], tokenizer, seq_len: int) -> list[tuple[list[
         elif len(p) < seq_len:
             rows.append(((p + c)[:seq_len], len(p)))
     return rows
-
-
-def collate(rows: list[tuple[list[int], int]], pad_id: int):
-    """Right-pad to the longest row: (ids, valid, prompt_lens)."""
-    width = max(len(r) for r, _ in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    valid = torch.zeros_like(ids)
-    for i, (r, _) in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r)
-        valid[i, :len(r)] = 1
-    return ids, valid, torch.tensor([p for _, p in rows])
 
 
 class Batches:

@@ -21,14 +21,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..conventions import Conventions
-from ..models import load_conventions, save_model
-from ..attention import position_ids
-from ..objectives import diffusion_terms, distill_terms, freeze, rollout_length
+from ..core.conventions import Conventions
+from ..core.models import load_conventions, save_model
+from ..pipeline.layout import checkpoint_dir
 from ..provenance import library_versions, read_json, read_jsonl, write_json
-from ..runs import SYNTHETIC_PROMPTS
-from .ar_pretrain import autocast, lr_at
 from .data import Batches, StreamBatches, document_rows
+from .objectives import freeze, objective_for
+from .schedule import autocast, lr_at
 
 STATE_FILE = "trainer_state.pt"
 
@@ -49,7 +48,7 @@ def keep_matching_checkpoints(out_dir: Path, settings: dict) -> dict:
     settings = json.loads(json.dumps(settings, sort_keys=True, default=str))
 
     def recorded(step):
-        path = out_dir / f"step_{step}" / "settings.json"
+        path = checkpoint_dir(out_dir, step) / "settings.json"
         return read_json(path) if path.is_file() else None
 
     if any(recorded(k) != settings for k in checkpoint_steps(out_dir)):
@@ -60,17 +59,6 @@ def keep_matching_checkpoints(out_dir: Path, settings: dict) -> dict:
                 os.replace(p, archive / p.name)
     write_json(out_dir / "settings.json", settings)
     return settings
-
-
-def trained_tokens(run: dict, conv: Conventions, valid, plens, step: int) -> int:
-    """Tokens a step trains on: the batch, or for distillation the prompts plus rollout length
-    (on-policy) or the batch cut to it (off-policy)."""
-    if run["distill"] is None:
-        return int(valid.sum())
-    length = rollout_length(run["distill"], step, conv.block_size)
-    if run["distill"]["on_policy"]:
-        return int(plens.sum()) + len(plens) * length
-    return int(((position_ids(valid) < plens.view(-1, 1) + length) & valid.bool()).sum())
 
 
 def run_conventions(run: dict, tokenizer) -> Conventions:
@@ -102,14 +90,13 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
                          f"divisible by {world} processes")
     tok = AutoTokenizer.from_pretrained(str(teacher_dir))
     conv = run_conventions(run, tok)
+    objective = objective_for(run, conv, seed)
     load_conventions(teacher_dir)  # the teacher folder must be one this project wrote
 
     if str(corpus_path).endswith(".json"):  # a corpus manifest: stream it from its source
         batches = StreamBatches(read_json(corpus_path), tok, tr["seq_len"], micro, tok.pad_token_id)
     else:
-        docs = read_jsonl(corpus_path)
-        if run["distill"] is not None and run["distill"]["prompts"] in SYNTHETIC_PROMPTS:
-            docs = [d for d in docs if d.get("source") in SYNTHETIC_PROMPTS[run["distill"]["prompts"]]]
+        docs = objective.documents(read_jsonl(corpus_path))
         batches = Batches(document_rows(docs, tok, tr["seq_len"]), micro, seed, tok.pad_token_id)
 
     if run["init"] == "ar":
@@ -117,9 +104,8 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     else:
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(teacher_dir)), dtype=torch.float32)
-    needs_teacher = run["align"] is not None or run["distill"] is not None
     teacher = AutoModelForCausalLM.from_pretrained(str(teacher_dir)).to(device).eval().requires_grad_(False) \
-        if needs_teacher else None
+        if objective.needs_teacher else None
     frozen = freeze(model, run["freeze"])
     model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -135,7 +121,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     done = checkpoint_steps(out_dir)
     if done:
         start = done[-1]
-        ckpt = out_dir / f"step_{start}"
+        ckpt = checkpoint_dir(out_dir, start)
         model.load_state_dict(AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).state_dict())
         state = torch.load(ckpt / STATE_FILE, weights_only=False)
         opt.load_state_dict(state["optimizer"])
@@ -163,11 +149,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         for k in range(tr["grad_accum"]):
             ids, valid, plens = (t.to(device) for t in batches(step * tr["grad_accum"] + k, rank, world))
             with autocast(dtype):
-                if run["distill"] is not None:
-                    terms = distill_terms(trained, teacher, run, conv, ids, valid, plens, step, gen,
-                                          seed=seed * 1_000_003 + step)
-                else:
-                    terms = diffusion_terms(trained, teacher, run, conv, ids, valid, plens, gen)
+                terms = objective.terms(trained, teacher, ids, valid, plens, step, gen)
             loss = sum(terms.values()) / tr["grad_accum"]
             if not torch.isfinite(loss):
                 last = checkpoint_steps(out_dir)
@@ -176,7 +158,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             loss.backward()
             for name, v in terms.items():
                 sums[name] = sums.get(name, 0.0) + v.item() / tr["grad_accum"]
-            tokens += trained_tokens(run, conv, valid, plens, step)
+            tokens += objective.trained_tokens(valid, plens, step)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, tr["grad_clip"])
         opt.step()
         tokens_total += tokens
@@ -212,7 +194,7 @@ def save_checkpoint(model, tokenizer, opt, gen_states: list, out_dir: Path, step
                     settings: dict, info: dict) -> Path:
     """Write step_<k>/ (HF weights, tokenizer, ar2dlm.json, trainer_state.pt, the run's settings)
     atomically."""
-    final = out_dir / f"step_{step}"
+    final = checkpoint_dir(out_dir, step)
     tmp = out_dir / f".step_{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(model, tokenizer, tmp, {**conv.to_dict(), **info, "step": step})

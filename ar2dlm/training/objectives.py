@@ -1,6 +1,10 @@
 """Training objectives that methods compose: masked diffusion (MDLM / Efficient-DLM), REPR-ALIGN's
 representation alignment to a frozen causal teacher, and OPDLM's distillation from a frozen AR
-teacher on the student's own decoding trajectories. A run's loss is the sum of its terms."""
+teacher on the student's own decoding trajectories. A run's loss is the sum of its terms.
+
+The trainer sees one interface, :class:`Objective` (``objective_for(run, conv, seed)``): whether a
+frozen teacher is needed, which corpus documents are trained on, the loss terms of a micro-batch
+and the tokens a step trains on. It never branches on a method or objective name."""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .attention import position_ids
-from .conventions import Conventions
-from .diffusion import NoisedBatch, diffusion_loss, forward_aligned, noise
+from ..core.attention import position_ids
+from ..core.conventions import Conventions
+from ..core.diffusion import NoisedBatch, diffusion_loss, forward_aligned, noise
+from ..data.corpus import PROMPT_SOURCES, prompt_documents
 
 FREEZE_GROUPS = {  # Qwen3 parameter-name patterns of each module group
     "embeddings": ("model.embed_tokens.",),
@@ -115,18 +120,6 @@ def align_term(run: dict, conv: Conventions, student_out, batch: NoisedBatch, te
     return run["align"]["lambda"] * alignment_loss(hs, teacher_out.hidden_states, where, layers, run["align"]["metric"])
 
 
-def diffusion_terms(model, teacher, run: dict, conv: Conventions, ids, valid, plens, generator) -> dict:
-    """Masked-diffusion CE, plus the alignment term when the run has one."""
-    beta = run["positional_beta"] if run["masking"] == "positional" else 0.0
-    batch = noise(ids, valid, plens, conv, beta=beta, generator=generator)
-    align = wants_alignment(run)
-    logits, out = forward_aligned(model, batch, conv, output_hidden_states=align)
-    terms = {"diffusion": diffusion_loss(logits, batch, weighted=run["loss_weight"] == "inverse_t")}
-    if align:
-        terms["align"] = align_term(run, conv, out, batch, teacher_forward(teacher, ids, valid, hidden=True))
-    return terms
-
-
 def rollout_length(distill: dict, step: int, block_size: int) -> int:
     """Fixed length, or the cosine curriculum from min_length to max_length over warmup_steps,
     rounded down to whole blocks."""
@@ -143,7 +136,7 @@ def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: 
     """Decode with the student's own sampler, then take one partially decoded state per block from
     the trajectory (uniformly among the steps where that row still had masks). The clean tokens
     are the trajectory's own final output x0."""
-    from .sampling import Trajectory, generate_dlm
+    from ..core.sampling import Trajectory, generate_dlm
 
     traj = Trajectory()
     was_training = model.training
@@ -166,29 +159,90 @@ def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: 
     return NoisedBatch(x0, noisy, masked, zeros, elig, traj.valid, traj.prompt_lens, zeros)
 
 
-def distill_terms(model, teacher, run: dict, conv: Conventions, ids, valid, plens, step: int, generator,
-                  seed: int) -> dict:
+class Objective:
+    """A run's training objective, as the trainer uses it."""
+
+    needs_teacher = False
+
+    def __init__(self, run: dict, conv: Conventions, seed: int):
+        self.run, self.conv, self.seed = run, conv, seed
+
+    def documents(self, docs: list[dict]) -> list[dict]:
+        """The corpus documents the run trains on."""
+        return docs
+
+    def terms(self, model, teacher, ids, valid, plens, step: int, generator) -> dict:
+        """Named loss terms of one micro-batch (the loss is their sum)."""
+        raise NotImplementedError
+
+    def trained_tokens(self, valid, plens, step: int) -> int:
+        """Tokens one micro-batch trains on."""
+        return int(valid.sum())
+
+
+class Diffusion(Objective):
+    """Masked-diffusion cross-entropy (MDLM, Efficient-DLM), plus REPR-ALIGN's term when lambda > 0."""
+
+    def __init__(self, run: dict, conv: Conventions, seed: int):
+        super().__init__(run, conv, seed)
+        self.needs_teacher = wants_alignment(run)
+
+    def terms(self, model, teacher, ids, valid, plens, step, generator) -> dict:
+        run, conv = self.run, self.conv
+        beta = run["positional_beta"] if run["masking"] == "positional" else 0.0
+        batch = noise(ids, valid, plens, conv, beta=beta, generator=generator)
+        logits, out = forward_aligned(model, batch, conv, output_hidden_states=self.needs_teacher)
+        terms = {"diffusion": diffusion_loss(logits, batch, weighted=run["loss_weight"] == "inverse_t")}
+        if self.needs_teacher:
+            terms["align"] = align_term(run, conv, out, batch, teacher_forward(teacher, ids, valid, hidden=True))
+        return terms
+
+
+class Distillation(Objective):
     """OPDLM: KL(teacher || student) on masked positions, with the teacher run causally on x0.
 
     On-policy, x0 and the noisy states come from the student's own decoding of the batch's prompts;
     off-policy, x0 is the clean batch cut to the rollout length and the states are random masks.
+    REPR-ALIGN's term is added when the run has one with lambda > 0.
     """
-    d = run["distill"]
-    length = rollout_length(d, step, conv.block_size)
-    if d["on_policy"]:
-        prompts = [ids[i, :int(plens[i])].tolist() for i in range(len(ids))]
-        batch = on_policy_state(model, conv, prompts, length, d["threshold"], generator, seed)
-    else:
-        keep = (position_ids(valid) < plens.view(-1, 1) + length) & valid.bool()
-        width = int(keep.sum(1).max())
-        batch = noise(ids[:, :width], (valid.bool() & keep)[:, :width].long(), plens, conv, generator=generator)
-    align = wants_alignment(run)
-    logits, out = forward_aligned(model, batch, conv, output_hidden_states=align)
-    t_out = teacher_forward(teacher, batch.clean, batch.valid, hidden=align)
-    targets = teacher_targets(t_out.logits)
-    where = batch.masked
-    terms = {"distill": divergence(targets[where], logits[where], d["divergence"], d["top_k"]).mean()
-             if where.any() else logits.sum() * 0.0}
-    if align:
-        terms["align"] = align_term(run, conv, out, batch, t_out)
-    return terms
+
+    needs_teacher = True
+
+    def documents(self, docs: list[dict]) -> list[dict]:
+        """Prompts of the synthetic corpus's sources (``all``, ``code``, ``math``), or a prompt set's file as is."""
+        prompts = self.run["distill"]["prompts"]
+        return prompt_documents(docs, prompts) if prompts in PROMPT_SOURCES else docs
+
+    def terms(self, model, teacher, ids, valid, plens, step, generator) -> dict:
+        run, conv, d = self.run, self.conv, self.run["distill"]
+        length = rollout_length(d, step, conv.block_size)
+        if d["on_policy"]:
+            prompts = [ids[i, :int(plens[i])].tolist() for i in range(len(ids))]
+            batch = on_policy_state(model, conv, prompts, length, d["threshold"], generator,
+                                    seed=self.seed * 1_000_003 + step)
+        else:
+            keep = (position_ids(valid) < plens.view(-1, 1) + length) & valid.bool()
+            width = int(keep.sum(1).max())
+            batch = noise(ids[:, :width], (valid.bool() & keep)[:, :width].long(), plens, conv, generator=generator)
+        align = wants_alignment(run)
+        logits, out = forward_aligned(model, batch, conv, output_hidden_states=align)
+        t_out = teacher_forward(teacher, batch.clean, batch.valid, hidden=align)
+        targets = teacher_targets(t_out.logits)
+        where = batch.masked
+        terms = {"distill": divergence(targets[where], logits[where], d["divergence"], d["top_k"]).mean()
+                 if where.any() else logits.sum() * 0.0}
+        if align:
+            terms["align"] = align_term(run, conv, out, batch, t_out)
+        return terms
+
+    def trained_tokens(self, valid, plens, step) -> int:
+        """The prompts plus the rollout length (on-policy), or the batch cut to it (off-policy)."""
+        length = rollout_length(self.run["distill"], step, self.conv.block_size)
+        if self.run["distill"]["on_policy"]:
+            return int(plens.sum()) + len(plens) * length
+        return int(((position_ids(valid) < plens.view(-1, 1) + length) & valid.bool()).sum())
+
+
+def objective_for(run: dict, conv: Conventions, seed: int) -> Objective:
+    """The objective a run's settings compose: distillation when it has a distill term, else diffusion."""
+    return Distillation(run, conv, seed) if run["distill"] is not None else Diffusion(run, conv, seed)

@@ -43,7 +43,7 @@ def load_pretrained_tokenizer(name_or_path: str, out_dir: str | Path | None = No
     """
     from transformers import AutoTokenizer
 
-    from .models import resolve_pretrained
+    from ..core.models import resolve_pretrained
 
     # Resolve hub ids through a snapshot first: it fails in about a second offline, where
     # AutoTokenizer would retry for most of a minute.

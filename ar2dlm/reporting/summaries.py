@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
-from .models import load_conventions
-from .provenance import read_json
+from ..core.models import load_conventions
+from ..pipeline.layout import parse_eval_path, preference_domain
+from ..provenance import read_json
 
 
 def run_summary(preset: str, models: list[str], eval_paths: list[str], teacher_dirs: list[str],
@@ -31,7 +30,7 @@ def run_summary(preset: str, models: list[str], eval_paths: list[str], teacher_d
         })
     table = pd.DataFrame(rows)
     corpus = read_json(corpus_manifest)
-    prefs = {Path(p).parent.name: sum(1 for _ in open(p)) for p in preference_paths}
+    prefs = {preference_domain(p): sum(1 for _ in open(p)) for p in preference_paths}
     summary = {"preset": preset, "teachers": rows, "corpus": {k: corpus[k] for k in ("subset", "stream")},
                "preference_eval_pairs": prefs}
     md = [
@@ -65,16 +64,10 @@ def eval_rows(paths: list[str]) -> pd.DataFrame:
     ``teacher_dpo_<domain>``. Throughput curves (one row per threshold and block) stay in their JSONs."""
     rows = []
     for path in paths:
-        p = Path(path)
-        parts = p.parts[p.parts.index("eval") + 1:]
-        if len(parts) == 3:  # {benchmark}/{model}/teacher[_dpo_<domain>].json
-            bench, model, run, seed, variant = parts[0], parts[1], p.stem, None, None
-        else:
-            bench, model, run, seed, variant = parts[0], parts[1], parts[2], int(parts[3][4:]), p.stem
+        where = parse_eval_path(path)
         for metric, value in read_json(path)["metrics"].items():
             if metric != "sample_len":
-                rows.append({"benchmark": bench, "model": model, "run": run, "seed": seed, "variant": variant,
-                             "metric": metric, "value": float(value)})
+                rows.append({**where, "metric": metric, "value": float(value)})
     df = pd.DataFrame(rows, columns=["benchmark", "model", "run", "seed", "variant", "metric", "value"])
     teacher = df[df.run == "teacher"][["benchmark", "model", "metric", "value"]].rename(columns={"value": "teacher"})
     return df.merge(teacher, on=["benchmark", "model", "metric"], how="left")

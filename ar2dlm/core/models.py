@@ -5,8 +5,10 @@ the weights. Decoding conventions are always read from that JSON, never guessed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
-from .provenance import read_json, write_json
+from ..provenance import read_json, write_json
+from .conventions import Conventions
 
 CONVENTIONS_FILE = "ar2dlm.json"
 
@@ -81,15 +83,22 @@ def load_conventions(model_dir: str | Path) -> dict:
     return read_json(path)
 
 
-def load_model(model_dir: str | Path, dtype=None):
-    """Load model, tokenizer and conventions from a folder this project wrote."""
+class LoadedModel(NamedTuple):
+    model: object
+    tokenizer: object
+    conventions: Conventions  # how to decode it
+    info: dict  # the whole JSON beside the weights: conventions and provenance
+
+
+def load_model(model_dir: str | Path, dtype=None) -> LoadedModel:
+    """Load model, tokenizer and decoding conventions from a folder this project wrote."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not Path(model_dir).is_dir():
         raise CheckpointError(f"missing checkpoint folder {model_dir}")
-    conventions = load_conventions(model_dir)
+    info = load_conventions(model_dir)
+    conv = Conventions.from_dict(info)
     kwargs = {"dtype": dtype} if dtype is not None else {}
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    return model, tokenizer, conventions
-
+    return LoadedModel(model, tokenizer, conv, info)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from .models import build_qwen3, resolve_pretrained, save_model
-from .provenance import library_versions, read_jsonl
-from .tokenization import load_pretrained_tokenizer
+from ..core.models import build_qwen3, resolve_pretrained, save_model
+from ..provenance import library_versions, read_jsonl
+from ..data.tokenization import load_pretrained_tokenizer
 
 
 def ar_conventions(tokenizer) -> dict:
@@ -21,7 +21,7 @@ def ar_conventions(tokenizer) -> dict:
 def pretrain_teacher(model_cfg: dict, tokenizer_dir, corpus_path, out_dir, loss_log, seed: int, preset: str) -> dict:
     from transformers import AutoTokenizer
 
-    from .training.ar_pretrain import pack_documents, pretrain
+    from .ar_pretrain import pack_documents, pretrain
 
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))

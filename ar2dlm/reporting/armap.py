@@ -4,62 +4,61 @@ domain, and spectral shadowing by layer and module averaged over seeds."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
+from ..pipeline import layout
+from ..pipeline.jobs import armap_dlms, search_seeds
+from ..pipeline.runs import resolve_run
 from ..provenance import read_json
-from ..runs import armap_dlms, resolve_run, search_seeds
-from ..tables import TABLE_METRICS, mean_sd
+from .figures import pyplot, save
+from .tables import headline_metric, mean_sd
 
 
-def armap_report_inputs(config: dict, results: str = "results") -> list[str]:
+def armap_report_inputs(config: dict) -> list[str]:
     a, out = config["armap"], []
     for m, r, s in armap_dlms(config):
-        base = Path(results) / "armap" / m / r / f"seed{s}"
-        out += [str(base / d / g / "gamma.json") for d in a["domains"] for g in a["merges"] if s in search_seeds(config, g)]
-        out += [str(base / d / "spectra.csv") for d in a["domains"]]
+        out += [layout.gamma_curve(m, r, s, d, g) for d in a["domains"] for g in a["merges"] if s in search_seeds(config, g)]
+        out += [layout.spectra_csv(m, r, s, d) for d in a["domains"]]
         step = resolve_run(config, r)["training"]["steps"]
         for d in a["domains"]:
             for b in a["evals"].get(d, []):
-                ev = Path(results) / "eval" / b / m / r / f"seed{s}"
-                out += [str(ev / f"step_{step}.json"), str(ev / f"dlm_dpo_{d}.json")]
-                out += [str(ev / f"armap_{d}_{g}.json") for g in a["eval_merges"]]
-                out += [str(Path(results) / "eval" / b / m / f"teacher_dpo_{d}.json"),
-                        str(Path(results) / "eval" / b / m / "teacher.json")]
+                out += [layout.eval_path(b, m, r, s, step), layout.derived_eval_path(b, m, r, s, layout.dlm_dpo_name(d))]
+                out += [layout.derived_eval_path(b, m, r, s, layout.armap_name(d, g)) for g in a["eval_merges"]]
+                out += [layout.teacher_dpo_eval_path(b, m, d), layout.eval_path(b, m, "teacher")]
     return sorted(set(out))
 
 
-def main_table(config: dict, results: str = "results") -> pd.DataFrame:
+def main_table(config: dict) -> pd.DataFrame:
     """Per domain and benchmark: the DLM, the DLM DPO'd directly, AR-MAP (each evaluated merge at
     gamma_hat), the AR teacher and its DPO version; mean ± sd over seeds."""
     a, rows = config["armap"], []
     for d in a["domains"]:
         for b in a["evals"].get(d, []):
-            metric = TABLE_METRICS[config["eval"]["benchmarks"][b]["kind"]][0]
+            metric = headline_metric(config, b)
             for m in sorted({m for m, _, _ in armap_dlms(config)}):
                 variants = {"DLM (base)": lambda r, s: f"step_{resolve_run(config, r)['training']['steps']}",
-                            "DLM DPO (direct)": lambda r, s: f"dlm_dpo_{d}"}
+                            "DLM DPO (direct)": lambda r, s: layout.dlm_dpo_name(d)}
                 for g in a["eval_merges"]:
-                    variants[f"AR-MAP {g} (gamma_hat)"] = lambda r, s, g=g: f"armap_{d}_{g}"
-                for label, leaf in variants.items():
-                    vals = [read_json(Path(results) / "eval" / b / m / r / f"seed{s}" / f"{leaf(r, s)}.json")["metrics"][metric]
+                    variants[f"AR-MAP {g} (gamma_hat)"] = lambda r, s, g=g: layout.armap_name(d, g)
+                for label, name in variants.items():
+                    vals = [read_json(layout.derived_eval_path(b, m, r, s, name(r, s)))["metrics"][metric]
                             for mm, r, s in armap_dlms(config) if mm == m]
                     rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "system": label,
                                  "value": mean_sd(vals), "seeds": len(vals)})
-                for label, leaf in (("AR teacher", "teacher"), ("AR teacher DPO", f"teacher_dpo_{d}")):
-                    v = read_json(Path(results) / "eval" / b / m / f"{leaf}.json")["metrics"][metric]
+                for label, path in (("AR teacher", layout.eval_path(b, m, "teacher")),
+                                    ("AR teacher DPO", layout.teacher_dpo_eval_path(b, m, d))):
+                    v = read_json(path)["metrics"][metric]
                     rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "system": label,
                                  "value": f"{v:.3f}", "seeds": 1})
     return pd.DataFrame(rows)
 
 
-def merges_table(config: dict, results: str = "results") -> pd.DataFrame:
+def merges_table(config: dict) -> pd.DataFrame:
     """gamma_hat and held-out (test half) reward accuracy per merge and domain, over seeds."""
     a, rows = config["armap"], []
     for d in a["domains"]:
         for g in a["merges"]:
-            curves = [read_json(Path(results) / "armap" / m / r / f"seed{s}" / d / g / "gamma.json")
+            curves = [read_json(layout.gamma_curve(m, r, s, d, g))
                       for m, r, s in armap_dlms(config) if s in search_seeds(config, g)]
             test = [{c["gamma"]: c["test_reward_accuracy"] for c in cv["curve"]} for cv in curves]
             rows.append({"domain": d, "merge": g, "gamma_hat": mean_sd([c["gamma_hat"] for c in curves]),
@@ -69,9 +68,7 @@ def merges_table(config: dict, results: str = "results") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def gamma_figure(config: dict, pdf_path, png_path, results: str = "results") -> None:
-    from ..figures import pyplot, save
-
+def gamma_figure(config: dict, pdf_path, png_path) -> None:
     plt = pyplot()
 
     a = config["armap"]
@@ -80,7 +77,7 @@ def gamma_figure(config: dict, pdf_path, png_path, results: str = "results") -> 
         for g in a["merges"]:
             seeds = search_seeds(config, g)
             rows = [c for m, r, s in armap_dlms(config) if s in seeds
-                    for c in read_json(Path(results) / "armap" / m / r / f"seed{s}" / d / g / "gamma.json")["curve"]]
+                    for c in read_json(layout.gamma_curve(m, r, s, d, g))["curve"]]
             df = pd.DataFrame(rows).groupby("gamma")["test_reward_accuracy"].agg(["mean", "std"]).fillna(0).reset_index()
             label = g if seeds == a["seeds"] else f"{g} (seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))})"
             ax.errorbar(df["gamma"], df["mean"], yerr=df["std"], marker="o", capsize=3, label=label)
@@ -92,12 +89,12 @@ def gamma_figure(config: dict, pdf_path, png_path, results: str = "results") -> 
     save(fig, pdf_path, png_path)
 
 
-def shadowing_figure(config: dict, pdf_path, png_path, results: str = "results") -> pd.DataFrame:
+def shadowing_figure(config: dict, pdf_path, png_path) -> pd.DataFrame:
     """Mean shadowing ratio by layer and module over seeds and domains."""
-    from .spectra import plot_shadowing
+    from ..armap.spectra import plot_shadowing
 
     a = config["armap"]
-    frames = [pd.read_csv(Path(results) / "armap" / m / r / f"seed{s}" / d / "spectra.csv")
+    frames = [pd.read_csv(layout.spectra_csv(m, r, s, d))
               for m, r, s in armap_dlms(config) for d in a["domains"]]
     df = pd.concat(frames)
     mean = df.groupby(["parameter", "module", "module_type"], dropna=False)["shadowing_ratio"].mean().reset_index()

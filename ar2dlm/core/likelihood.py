@@ -2,7 +2,7 @@
 models, a Monte Carlo ELBO (a lower bound on log p) for DLMs.
 
 ELBO: log p(c | x) >= E_mask[ -sum over masked tokens of log p(c_i | x, c_masked) / p_i ], with the
-masking schedule of :mod:`ar2dlm.diffusion` (one t per block under block attention, so the bound
+masking schedule of :mod:`ar2dlm.core.diffusion` (one t per block under block attention, so the bound
 is the sum of per-block bounds). Masks come from a generator seeded per (seed, item), so two models
 scored with the same seed see the same masks (common random numbers, as AR-MAP's gamma search
 needs). ``complementary`` pairs each mask with its complement (antithetic sampling).
@@ -11,13 +11,13 @@ needs). ``complementary`` pairs each mask with its complement (antithetic sampli
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
 from .conventions import Conventions
-from .diffusion import forward_aligned, noise, token_nll
+from .diffusion import collate, forward_aligned, noise, token_nll
 from .sampling import left_pad
-from .training.data import collate
 
 
 @torch.no_grad()
@@ -40,10 +40,35 @@ def ar_loglikelihood(model, pairs, pad_id: int, batch_size: int = 16) -> list[fl
     return [s for s, _ in ar_scores(model, pairs, pad_id, batch_size)]
 
 
+class ElboTerms(NamedTuple):
+    terms: torch.Tensor  # (B, T) per-token ELBO terms, mean over draws; their row sum estimates log p
+    logits: torch.Tensor  # the last draw's logits (B, T, V), aligned to token positions
+    masked: torch.Tensor  # the last draw's masked positions (B, T)
+
+
+def elbo_terms(model, conv: Conventions, ids, valid, prompt_lens, generator, *, n_samples: int = 1,
+               beta: float = 0.0, complementary: bool = False) -> ElboTerms:
+    """The ELBO's per-token terms -log p(c_i | x, c_masked) / p_i on masked completion tokens
+    (0 elsewhere), averaged over ``n_samples`` mask draws from ``generator`` (each with its
+    complement when ``complementary``). Differentiable: DPO on a DLM trains through it."""
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be at least 1, got {n_samples}")
+    total, count = 0.0, 0
+    for _ in range(n_samples):
+        batches = [noise(ids, valid, prompt_lens, conv, beta=beta, generator=generator)]
+        if complementary:
+            batches.append(noise(ids, valid, prompt_lens, conv, complement_of=batches[0]))
+        for nb in batches:
+            logits, _ = forward_aligned(model, nb, conv)
+            total = total - token_nll(logits, nb.clean) * nb.weight
+            count += 1
+    return ElboTerms(total / count, logits, nb.masked)
+
+
 @torch.no_grad()
 def dlm_elbo(model, conv: Conventions, pairs, n_samples: int = 32, seed: int = 0, complementary: bool = False,
              beta: float = 0.0, batch_size: int = 32) -> list[dict]:
-    """Monte Carlo ELBO per pair: mean over samples, and its standard error."""
+    """Monte Carlo ELBO per pair: mean over samples (one row of a batch each), and its standard error."""
     if n_samples < 1:
         raise ValueError(f"n_samples must be at least 1, got {n_samples}")
     results = []
@@ -54,14 +79,8 @@ def dlm_elbo(model, conv: Conventions, pairs, n_samples: int = 32, seed: int = 0
         while remaining > 0:
             k = min(remaining, batch_size)
             ids, valid, plens = (t.to(model.device) for t in collate([(p + c, len(p))] * k, conv.pad_token_id))
-            batches = [noise(ids, valid, plens, conv, beta=beta, generator=gen)]
-            if complementary:
-                batches.append(noise(ids, valid, plens, conv, complement_of=batches[0]))
-            per_batch = []
-            for nb in batches:
-                logits, _ = forward_aligned(model, nb, conv)
-                per_batch.append(-(token_nll(logits, nb.clean) * nb.weight).sum(1))
-            draws.append(torch.stack(per_batch).mean(0))
+            draws.append(elbo_terms(model, conv, ids, valid, plens, gen, beta=beta, complementary=complementary)
+                         .terms.sum(1))
             remaining -= k
         d = torch.cat(draws)
         results.append({"elbo": float(d.mean()), "stderr": float(d.std() / math.sqrt(len(d))) if len(d) > 1 else float("nan"),

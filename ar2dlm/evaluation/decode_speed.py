@@ -7,8 +7,8 @@ import time
 
 import torch
 
-from .conventions import Conventions
-from .sampling import generate_ar, generate_dlm
+from ..core.conventions import Conventions
+from ..core.sampling import generate_ar, generate_dlm
 
 
 def _timed(fn):

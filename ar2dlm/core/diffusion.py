@@ -40,6 +40,17 @@ def _rand(shape, generator: torch.Generator | None, device) -> torch.Tensor:
     return torch.rand(shape, generator=generator, device=gen_device).to(device)
 
 
+def collate(rows: list[tuple[list[int], int]], pad_id: int):
+    """Right-pad to the longest row: (ids, valid, prompt_lens)."""
+    width = max(len(r) for r, _ in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    valid = torch.zeros_like(ids)
+    for i, (r, _) in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+        valid[i, :len(r)] = 1
+    return ids, valid, torch.tensor([p for _, p in rows])
+
+
 def eligible_tokens(valid: torch.Tensor, prompt_lens: torch.Tensor, shift: bool) -> torch.Tensor:
     """Response tokens; with shift the first valid token has no predecessor and is never a target."""
     pos = position_ids(valid)

@@ -1,51 +1,116 @@
-"""Conversion runs: a run names a method, whose defaults it starts from, and may compose further
-objectives (alignment, distillation) and options. ``resolve_run`` gives the complete settings."""
+"""Cross-key checks of a merged config, the ones a JSON schema cannot express, run when the DAG is
+built, before any job starts. Every error names the key."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
-from .config import ConfigError, deep_merge
-from .provenance import read_json
+from ..data.code_suite import split_pairings
+from ..data.corpus import PROMPT_SOURCES
+from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_HARNESS_TASKS
+from .config import ConfigError
+from .jobs import armap_domains
+from .runs import resolve_run
 
-_BASE = {"init": "ar", "attention": "bidirectional", "block_size": None, "shift": True, "masking": "uniform",
-         "positional_beta": 0.0, "loss_weight": "inverse_t", "data": "subset", "align": None, "freeze": [],
-         "distill": None}
-ALIGN_DEFAULTS = {"lambda": 10.0, "metric": "cos", "layers": "all"}
-SYNTHETIC_PROMPTS = {"all": {"code", "math"}, "code": {"code"}, "math": {"math"}}  # corpus document sources
-DISTILL_DEFAULTS = {"on_policy": True, "divergence": "forward_kl", "top_k": None, "threshold": 0.9, "prompts": "all",
-                    "curriculum": None, "rollout_length": None}
-
-# Method defaults follow the papers' public code where it exists (PAPERS.md):
-# REPR-ALIGN (Open-dLLM): shift on, bidirectional, alignment lambda 10, cosine, all layers.
-# Efficient-DLM (closest public design: Fast-dLLM v2): block attention with clean context,
-#   position-dependent masking, no shift, block 32.
-# OPDLM (divelab/OPDLM): block 4, threshold 0.9, forward KL, no shift, on-policy.
-METHOD_DEFAULTS = {
-    "mdlm": {},
-    "repr_align": {"align": ALIGN_DEFAULTS},
-    "efficient_dlm": {"attention": "block", "block_size": 32, "shift": False, "masking": "positional",
-                      "positional_beta": 2.0},
-    "opdlm": {"attention": "block", "block_size": 4, "shift": False, "distill": DISTILL_DEFAULTS},
-}
+SYNTHETIC_DOMAINS = {"code": "code_suite", "math": "math_suite"}  # preference domains built from a suite
 
 
-def resolve_run(config: dict, name: str) -> dict:
-    """Method defaults, then the run's own keys, then training = preset training + run overrides."""
-    if name not in config["runs"]:
-        raise ConfigError(f"runs.{name}", f"no such run (known: {', '.join(config['runs'])})")
-    run = copy.deepcopy(config["runs"][name])
-    out = deep_merge(deep_merge(_BASE, METHOD_DEFAULTS[run["method"]]), run)
-    if run.get("align") is not None:
-        out["align"] = deep_merge(ALIGN_DEFAULTS, run["align"])
-    if run.get("distill") is not None:
-        out["distill"] = deep_merge(DISTILL_DEFAULTS, run["distill"])
-    out["training"] = deep_merge(config["training"], run.get("training", {}))
-    out["models"] = run.get("models", list(config["models"]))
-    out["seeds"] = run.get("seeds", [config["seed"]])
-    out["name"] = name
-    return out
+def check_config(config: dict) -> None:
+    """Cross-key checks, run when the DAG is built, before any job starts."""
+    data = config["data"]
+    corpus = data["corpus"]
+    if corpus["subset_tokens"] > corpus["stream_tokens"]:
+        raise ConfigError("data.corpus.subset_tokens", f"the subset ({corpus['subset_tokens']} tokens) is larger than "
+                          f"its source, data.corpus.stream_tokens ({corpus['stream_tokens']})")
+    if corpus["source"] == "hub" and corpus["hub"] is None:
+        raise ConfigError("data.corpus.hub", "source: hub needs a hub data set (path, split, text_field or prompt/completion fields)")
+    if corpus["source"] == "synthetic" and corpus["hub"] is not None:
+        raise ConfigError("data.corpus.hub", "is only used with data.corpus.source: hub")
+    if corpus["hub"] is not None and not corpus["hub"].get("text_field") and not (
+            corpus["hub"].get("prompt_field") and corpus["hub"].get("completion_field")):
+        raise ConfigError("data.corpus.hub", "needs text_field, or prompt_field and completion_field")
+    if corpus["source"] == "synthetic" and not corpus["materialize_stream"]:
+        raise ConfigError("data.corpus.materialize_stream", "a synthetic corpus is always written out; set it to true")
+
+    try:
+        split_pairings(data["code_suite"]["heldout_fraction"], data["seed"])
+    except ValueError as exc:
+        raise ConfigError("data.code_suite.heldout_fraction", str(exc)) from None
+
+    prefs = data["preferences"]
+    for name, dom in prefs["domains"].items():
+        if dom["source"] == "synthetic":
+            if name not in SYNTHETIC_DOMAINS:
+                raise ConfigError(f"data.preferences.domains.{name}",
+                                  f"no synthetic preference domain {name!r} (known: {', '.join(SYNTHETIC_DOMAINS)})")
+            suite = data[SYNTHETIC_DOMAINS[name]]
+            for split in ("train", "eval"):
+                n = dom.get(f"n_{split}", prefs[f"n_{split}"])
+                if n > suite[f"n_{split}"]:
+                    key = f"data.preferences.domains.{name}.n_{split}" if f"n_{split}" in dom else f"data.preferences.n_{split}"
+                    raise ConfigError(key, f"{n} {name} pairs asked, larger than their source "
+                                      f"data.{SYNTHETIC_DOMAINS[name]}.n_{split} ({suite[f'n_{split}']})")
+
+    limit = config["eval"]["teacher_code"]["limit"]
+    if limit is not None and limit > data["code_suite"]["n_eval"]:
+        raise ConfigError("eval.teacher_code.limit",
+                          f"{limit} tasks asked, larger than their source data.code_suite.n_eval ({data['code_suite']['n_eval']})")
+
+    for name, model in config["models"].items():
+        key = f"models.{name}"
+        if model["source"] == "pretrain":
+            for extra in ("hub_id", "model_path", "revision"):
+                if extra in model:
+                    raise ConfigError(f"{key}.{extra}", "is only used with source: hub")
+            arch, pre = model["arch"], model["pretrain"]
+            if arch["hidden_size"] % arch["num_attention_heads"]:
+                raise ConfigError(f"{key}.arch.num_attention_heads",
+                                  f"must divide hidden_size ({arch['hidden_size']})")
+            if arch["num_attention_heads"] % arch["num_key_value_heads"]:
+                raise ConfigError(f"{key}.arch.num_key_value_heads",
+                                  f"must divide num_attention_heads ({arch['num_attention_heads']})")
+            if pre["seq_len"] > arch["max_position_embeddings"]:
+                raise ConfigError(f"{key}.pretrain.seq_len",
+                                  f"{pre['seq_len']} exceeds arch.max_position_embeddings ({arch['max_position_embeddings']})")
+            if pre["warmup_steps"] >= pre["steps"]:
+                raise ConfigError(f"{key}.pretrain.warmup_steps", f"must be below pretrain.steps ({pre['steps']})")
+        else:
+            for extra in ("arch", "pretrain"):
+                if extra in model:
+                    raise ConfigError(f"{key}.{extra}", "is only used with source: pretrain")
+            path = model["model_path"]
+            if path is not None and not (Path(path) / "config.json").is_file():
+                raise ConfigError(f"{key}.model_path", f"missing checkpoint: {path!r} is not a Hugging Face model "
+                                  "folder (no config.json)")
+
+    check_runs(config)
+    check_evals(config)
+    check_armap(config)
+    check_bench(config)
+
+
+def check_bench(config: dict) -> None:
+    bench = config["bench"]
+    if bench["model"] not in config["models"]:
+        raise ConfigError("bench.model", f"{bench['model']!r} is not a key of models ({', '.join(config['models'])})")
+    if bench["run"] not in config["runs"]:
+        raise ConfigError("bench.run", f"{bench['run']!r} is not a key of runs")
+    timed = resolve_run(config, bench["run"])
+    if timed["attention"] != "block" or bench["model"] not in timed["models"]:
+        raise ConfigError("bench.run", f"the decode benchmark times a block-attention run of {bench['model']}; "
+                          f"{bench['run']!r} is {timed['attention']} on {timed['models']}")
+    if timed["block_size"] != bench["block_size"]:
+        raise ConfigError("bench.block_size", f"{bench['block_size']} differs from run {bench['run']}'s block size "
+                          f"{timed['block_size']}")
+    if bench["ratio_length"] not in bench["lengths"]:
+        raise ConfigError("bench.ratio_length", f"{bench['ratio_length']} is not one of bench.lengths {bench['lengths']}")
+    if bench["max_new_tokens"] % bench["block_size"]:
+        raise ConfigError("bench.max_new_tokens", f"block size {bench['block_size']} does not divide the length "
+                          f"{bench['max_new_tokens']}")
+    for key in ("lengths", "cache_lengths"):
+        for length in bench[key]:
+            if length % bench["block_size"]:
+                raise ConfigError(f"bench.{key}", f"block size {bench['block_size']} does not divide the length {length}")
 
 
 def check_runs(config: dict) -> None:
@@ -78,7 +143,7 @@ def check_runs(config: dict) -> None:
         d = run["distill"]
         if d is not None:
             sets = config["data"]["prompt_sets"]
-            if d["prompts"] in SYNTHETIC_PROMPTS:
+            if d["prompts"] in PROMPT_SOURCES:
                 if config["data"]["corpus"]["source"] != "synthetic":
                     raise ConfigError(f"{key}.distill.prompts", f"{d['prompts']!r} selects prompts of the synthetic "
                                       "corpus; with a hub corpus name a key of data.prompt_sets")
@@ -112,12 +177,8 @@ def check_runs(config: dict) -> None:
         for m in spec.get("models", []):
             if m not in models:
                 raise ConfigError(f"studies.{study}.models", f"{m!r} is not a key of models")
-    check_evals(config)
-    check_armap(config)
 
 
-DECODED_KINDS = ("code", "math", "throughput")
-LOCAL_HARNESS_TASKS = ("arith_choice",)  # tasks kept in ar2dlm/evaluation/tasks, built from the maths suite
 
 
 def check_evals(config: dict) -> None:
@@ -125,7 +186,7 @@ def check_evals(config: dict) -> None:
     benches, data = config["eval"]["benchmarks"], config["data"]
     for name, b in benches.items():
         key = f"eval.benchmarks.{name}"
-        suite = {"code": "code_suite", "throughput": "code_suite", "math": "math_suite"}.get(b["kind"])
+        suite = BENCHMARK_KINDS[b["kind"]].suite
         if suite and b.get("source", "suite") == "suite" and b.get("limit") and b["limit"] > data[suite]["n_eval"]:
             raise ConfigError(f"{key}.limit", f"{b['limit']} tasks asked, larger than their source "
                               f"data.{suite}.n_eval ({data[suite]['n_eval']})")
@@ -139,7 +200,7 @@ def check_evals(config: dict) -> None:
                 raise ConfigError(f"studies.{study}.evals", f"{e!r} is not a key of eval.benchmarks "
                                   f"({', '.join(benches)})")
             b = {**config["eval"]["decoding"], **benches[e]}
-            if b["kind"] not in DECODED_KINDS:
+            if not BENCHMARK_KINDS[b["kind"]].decoded:
                 continue
             blocks = [resolve_run(config, r)["block_size"] for r in spec["runs"]
                       if resolve_run(config, r)["attention"] == "block"]
@@ -148,57 +209,6 @@ def check_evals(config: dict) -> None:
                 if b["max_new_tokens"] % bs:
                     raise ConfigError(f"eval.benchmarks.{e}.max_new_tokens", f"block size {bs} (studies.{study}) does "
                                       f"not divide the generation length {b['max_new_tokens']}")
-
-
-def study_seeds(config: dict, spec: dict, run: str) -> list[int]:
-    """Seeds of one run in a study: its entry in the study's run_seeds, else the study's seeds, else the run's."""
-    return spec.get("run_seeds", {}).get(run, spec.get("seeds", resolve_run(config, run)["seeds"]))
-
-
-def conversion_jobs(config: dict) -> list[tuple[str, str, int]]:
-    """Every (model, run, seed) to train: each run on its models with its seeds, plus the seeds
-    and models each study asks of it."""
-    jobs = set()
-    for name in config["runs"]:
-        run = resolve_run(config, name)
-        jobs.update((m, name, s) for m in run["models"] for s in run["seeds"])
-    for spec in config["studies"].values():
-        for name in spec["runs"]:
-            run = resolve_run(config, name)
-            models = [m for m in spec.get("models", run["models"]) if m in run["models"]]
-            jobs.update((m, name, s) for m in models for s in study_seeds(config, spec, name))
-    return sorted(jobs)
-
-
-def final_checkpoint(manifest) -> Path:
-    """The last checkpoint of a finished run, from its manifest (train.json)."""
-    return Path(manifest).parent / f"step_{read_json(manifest)['steps']}"
-
-
-def checkpoint_steps_of(run: dict) -> list[int]:
-    """Steps at which a run writes a checkpoint (every K steps and the last)."""
-    t = run["training"]
-    return sorted({*range(t["checkpoint_every"], t["steps"] + 1, t["checkpoint_every"]), t["steps"]})
-
-
-def eval_jobs(config: dict) -> tuple[list[tuple], list[tuple]]:
-    """What the studies evaluate: (benchmark, model, run, seed, step) of conversion checkpoints,
-    and (benchmark, model) of the AR teachers, on every benchmark a study uses."""
-    conversions, teachers = set(), set()
-    for spec in config["studies"].values():
-        for name in spec["runs"]:
-            run = resolve_run(config, name)
-            models = [m for m in spec.get("models", run["models"]) if m in run["models"]]
-            steps = checkpoint_steps_of(run) if spec.get("checkpoints") == "all" else [run["training"]["steps"]]
-            conversions.update((e, m, name, s, k) for e in spec["evals"] for m in models
-                               for s in study_seeds(config, spec, name) for k in steps)
-            teachers.update((e, m) for e in spec["evals"] for m in models)
-    return sorted(conversions), sorted(teachers)
-
-
-def armap_domains(config: dict) -> list[str]:
-    """Preference domains of AR-MAP's DPO: each searched domain, and all of them together."""
-    return list(config["armap"]["domains"]) + ["all"]
 
 
 def check_armap(config: dict) -> None:
@@ -236,41 +246,3 @@ def check_armap(config: dict) -> None:
             if n is not None and n > have:
                 raise ConfigError(f"armap.{part}.eval_pairs", f"{n} pairs asked, larger than the {have} held-out "
                                   f"{d} pairs (data.preferences)")
-
-
-def search_seeds(config: dict, merge: str) -> list[int]:
-    """Seeds on which one merge's gamma is searched: its armap.merge_seeds entry, else armap.seeds."""
-    a = config["armap"]
-    return a.get("merge_seeds", {}).get(merge, a["seeds"])
-
-
-def armap_dlms(config: dict) -> list[tuple[str, str, int]]:
-    """The DLMs that receive AR-MAP's vector: (model, run, seed) for each of armap.runs and armap.seeds."""
-    a = config["armap"]
-    return [(m, r, s) for r in a["runs"] for m in resolve_run(config, r)["models"] for s in a["seeds"]]
-
-
-def armap_jobs(config: dict) -> dict:
-    """AR-MAP's outputs: DPO'd teachers, and per DLM (model, run, seed) and domain the spectra,
-    gamma searches (one per merge), DLM DPO baselines, and the evaluations of the models they write."""
-    a = config["armap"]
-    dlms = armap_dlms(config)
-    models = sorted({m for m, _, _ in dlms})
-    doms = armap_domains(config)
-    jobs = {
-        "dpo": [(m, d) for m in models for d in doms],
-        "spectra": [(m, r, s, d) for m, r, s in dlms for d in a["domains"]],
-        "search": [(m, r, s, d, g) for m, r, s in dlms for d in a["domains"] for g in a["merges"]
-                   if s in search_seeds(config, g)],
-        "dlm_dpo": [(m, r, s, d) for m, r, s in dlms for d in a["domains"]],
-        "dlms": dlms,
-    }
-    evals = []
-    for d, benches in a["evals"].items():
-        for b in benches:
-            evals += [(b, m, "teacher_dpo_" + d) for m in models]
-            if d in a["domains"]:
-                evals += [(b, m, r, s, f"armap_{d}_{g}") for m, r, s in dlms for g in a["eval_merges"]]
-                evals += [(b, m, r, s, f"dlm_dpo_{d}") for m, r, s in dlms]
-    jobs["evals"] = evals
-    return jobs

@@ -1,0 +1,245 @@
+"""Job lists: what the preset's grid trains, what its studies evaluate, and AR-MAP's jobs, as named
+records that know their output path (``layout``). The Snakefile asks for these outputs; tables,
+claims and reports read the same records, so both sides walk one list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from . import layout
+from .runs import resolve_run
+
+
+class Conversion(NamedTuple):
+    """One conversion run of the grid."""
+    model: str
+    run: str
+    seed: int
+
+    @property
+    def manifest(self) -> str:
+        return layout.conversion_manifest(self.model, self.run, self.seed)
+
+
+class CheckpointEval(NamedTuple):
+    """A conversion checkpoint on one benchmark."""
+    benchmark: str
+    model: str
+    run: str
+    seed: int
+    step: int
+
+    @property
+    def path(self) -> str:
+        return layout.eval_path(self.benchmark, self.model, self.run, self.seed, self.step)
+
+
+class TeacherEval(NamedTuple):
+    """An AR teacher on one benchmark."""
+    benchmark: str
+    model: str
+
+    @property
+    def path(self) -> str:
+        return layout.eval_path(self.benchmark, self.model, "teacher")
+
+
+class StudyMember(NamedTuple):
+    """One run of a study on one model: the seeds the study asks of it and the steps it evaluates."""
+    model: str
+    run: str
+    seeds: list[int]
+    steps: list[int]
+    final_step: int
+
+
+def conversion_settings(config: dict, name: str) -> dict:
+    """What a run trains with: its resolved settings without the job selection (models, seeds),
+    so adding a model or a seed elsewhere does not retrain existing runs."""
+    return {k: v for k, v in resolve_run(config, name).items() if k not in ("models", "seeds")}
+
+
+def checkpoint_steps_of(run: dict) -> list[int]:
+    """Steps at which a run writes a checkpoint (every K steps and the last)."""
+    t = run["training"]
+    return sorted({*range(t["checkpoint_every"], t["steps"] + 1, t["checkpoint_every"]), t["steps"]})
+
+
+def study_seeds(config: dict, spec: dict, run: str) -> list[int]:
+    """Seeds of one run in a study: its entry in the study's run_seeds, else the study's seeds, else the run's."""
+    return spec.get("run_seeds", {}).get(run, spec.get("seeds", resolve_run(config, run)["seeds"]))
+
+
+def study_models(config: dict, spec: dict) -> list[str]:
+    """The study's models: as listed, else every model one of its runs trains on (sorted)."""
+    return spec.get("models") or sorted({m for r in spec["runs"] for m in resolve_run(config, r)["models"]})
+
+
+def study_members(config: dict, study: str) -> list[StudyMember]:
+    """Every (model, run) of a study, models outer and runs in the study's order; a run appears
+    for the models it trains on."""
+    spec = config["studies"][study]
+    out = []
+    for model in study_models(config, spec):
+        for name in spec["runs"]:
+            run = resolve_run(config, name)
+            if model not in run["models"]:
+                continue
+            final = run["training"]["steps"]
+            steps = checkpoint_steps_of(run) if spec.get("checkpoints") == "all" else [final]
+            out.append(StudyMember(model, name, study_seeds(config, spec, name), steps, final))
+    return out
+
+
+def conversion_jobs(config: dict) -> list[Conversion]:
+    """Every (model, run, seed) to train: each run on its models with its seeds, plus the seeds
+    and models each study asks of it."""
+    jobs = set()
+    for name in config["runs"]:
+        run = resolve_run(config, name)
+        jobs.update(Conversion(m, name, s) for m in run["models"] for s in run["seeds"])
+    for study in config["studies"]:
+        jobs.update(Conversion(m.model, m.run, s) for m in study_members(config, study) for s in m.seeds)
+    return sorted(jobs)
+
+
+def eval_jobs(config: dict) -> tuple[list[CheckpointEval], list[TeacherEval]]:
+    """What the studies evaluate: conversion checkpoints, and the AR teachers of the studies'
+    models on every benchmark the study uses."""
+    conversions, teachers = set(), set()
+    for study, spec in config["studies"].items():
+        for m in study_members(config, study):
+            conversions.update(CheckpointEval(e, m.model, m.run, s, k) for e in spec["evals"] for s in m.seeds
+                               for k in m.steps)
+            teachers.update(TeacherEval(e, m.model) for e in spec["evals"])
+    return sorted(conversions), sorted(teachers)
+
+
+# --- AR-MAP -------------------------------------------------------------------------------------
+
+class TeacherDPO(NamedTuple):
+    model: str
+    pdomain: str
+
+    @property
+    def path(self) -> str:
+        return layout.teacher_dpo_dir(self.model, self.pdomain)
+
+
+class DLMDomain(NamedTuple):
+    """A DLM receiving one preference domain: its spectra and its direct-DPO baseline."""
+    model: str
+    run: str
+    seed: int
+    pdomain: str
+
+    @property
+    def spectra(self) -> str:
+        return layout.spectra_csv(self.model, self.run, self.seed, self.pdomain)
+
+    @property
+    def dlm_dpo(self) -> str:
+        return layout.dlm_dpo_dir(self.model, self.run, self.seed, self.pdomain)
+
+
+class GammaSearch(NamedTuple):
+    model: str
+    run: str
+    seed: int
+    pdomain: str
+    merge: str
+
+    @property
+    def path(self) -> str:
+        return layout.gamma_curve(self.model, self.run, self.seed, self.pdomain, self.merge)
+
+
+class DerivedEval(NamedTuple):
+    """A model AR-MAP derives from a conversion checkpoint (``name``: ``layout.armap_name`` or
+    ``layout.dlm_dpo_name``), on one benchmark."""
+    benchmark: str
+    model: str
+    run: str
+    seed: int
+    name: str
+
+    @property
+    def path(self) -> str:
+        return layout.derived_eval_path(self.benchmark, self.model, self.run, self.seed, self.name)
+
+
+class TeacherDPOEval(NamedTuple):
+    benchmark: str
+    model: str
+    pdomain: str
+
+    @property
+    def path(self) -> str:
+        return layout.teacher_dpo_eval_path(self.benchmark, self.model, self.pdomain)
+
+
+@dataclass(frozen=True)
+class ArmapJobs:
+    dpo: list[TeacherDPO]
+    spectra: list[DLMDomain]
+    search: list[GammaSearch]
+    dlm_dpo: list[DLMDomain]
+    dlms: list[Conversion]
+    evals: list[DerivedEval | TeacherDPOEval]
+
+    def outputs(self) -> list[str]:
+        return ([j.path for j in self.dpo] + [j.spectra for j in self.spectra] + [j.path for j in self.search]
+                + [j.dlm_dpo for j in self.dlm_dpo] + [j.path for j in self.evals])
+
+
+def armap_domains(config: dict) -> list[str]:
+    """Preference domains of AR-MAP's DPO: each searched domain, and all of them together."""
+    return list(config["armap"]["domains"]) + ["all"]
+
+
+def search_seeds(config: dict, merge: str) -> list[int]:
+    """Seeds on which one merge's gamma is searched: its armap.merge_seeds entry, else armap.seeds."""
+    a = config["armap"]
+    return a.get("merge_seeds", {}).get(merge, a["seeds"])
+
+
+def armap_dlms(config: dict) -> list[Conversion]:
+    """The DLMs that receive AR-MAP's vector: each of armap.runs on its models, at armap.seeds."""
+    a = config["armap"]
+    return [Conversion(m, r, s) for r in a["runs"] for m in resolve_run(config, r)["models"] for s in a["seeds"]]
+
+
+def armap_jobs(config: dict) -> ArmapJobs:
+    """AR-MAP's outputs: DPO'd teachers, and per DLM and domain the spectra, gamma searches (one per
+    merge), DLM DPO baselines, and the evaluations of the models they write."""
+    a = config["armap"]
+    dlms = armap_dlms(config)
+    models = sorted({d.model for d in dlms})
+    per_domain = [DLMDomain(*d, pd) for d in dlms for pd in a["domains"]]
+    evals = []
+    for pd, benches in a["evals"].items():
+        for b in benches:
+            evals += [TeacherDPOEval(b, m, pd) for m in models]
+            if pd in a["domains"]:
+                evals += [DerivedEval(b, *d, layout.armap_name(pd, g)) for d in dlms for g in a["eval_merges"]]
+                evals += [DerivedEval(b, *d, layout.dlm_dpo_name(pd)) for d in dlms]
+    return ArmapJobs(
+        dpo=[TeacherDPO(m, pd) for m in models for pd in armap_domains(config)],
+        spectra=per_domain,
+        search=[GammaSearch(*j, g) for j in per_domain for g in a["merges"] if j.seed in search_seeds(config, g)],
+        dlm_dpo=per_domain,
+        dlms=dlms,
+        evals=evals,
+    )
+
+
+def conversion_corpus(config: dict, name: str) -> str:
+    """A run's training data: a prompt set for distillation from one, else its corpus cut (a stream
+    that is not written out is read through its manifest). The objective picks its documents from it."""
+    run = resolve_run(config, name)
+    if run["distill"] is not None and run["distill"]["prompts"] in config["data"]["prompt_sets"]:
+        return layout.prompt_set_file(run["distill"]["prompts"])
+    if run["data"] == "stream" and not config["data"]["corpus"]["materialize_stream"]:
+        return layout.corpus_file("manifest")
+    return layout.corpus_file(run["data"])

@@ -1,0 +1,235 @@
+"""The results folder: every path a rule writes or a table, figure, claim or report reads.
+
+Paths are relative to the working directory, as Snakemake's are. Called with no arguments, a
+function returns the pattern with Snakemake wildcards (``{model}``, ``{run}``, ...); called with
+values, the concrete path. Rules and readers use the same function, so an output and its reader
+cannot drift apart. Layout (``results/``):
+
+    data/{code,math}/{train,eval}.jsonl, data/tokenizer/, data/corpus/{subset,stream}.jsonl + manifest.json,
+    data/preferences/<domain>/{train,eval}.jsonl, data/prompts/<set>.jsonl, data/benchmarks/<benchmark>.jsonl
+    models/<model>/teacher/, models/<model>/teacher_dpo/<domain>/
+    models/<model>/<run>/seed<s>/train.json (+ step_<k>/ checkpoints, log.jsonl)
+    models/<model>/<run>/seed<s>/armap/<domain>_<merge>/, .../dlm_dpo/<domain>/
+    armap/<model>/<run>/seed<s>/<domain>/spectra.csv, shadowing.{pdf,png}, <merge>/gamma.json
+    eval/<benchmark>/<model>/teacher.json, teacher_dpo_<domain>.json
+    eval/<benchmark>/<model>/<run>/seed<s>/step_<k>.json, armap_<domain>_<merge>.json, dlm_dpo_<domain>.json
+    eval/teacher_check/<model>.json, eval/summary.{csv,md}, summary.{md,json}
+    tables/<study>.{md,csv,tex}, figures/<study>.{pdf,png} (ablations: ablations/<name>.{pdf,png})
+    tables/armap/{main,merges}.{md,csv,tex}, figures/armap/{gamma,shadowing}.{pdf,png}, claims.{md,csv}
+    logs/<stage>/<job>.log, benchmarks/<stage>/<job>.tsv, bench/{decode,train}.json
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..provenance import read_json
+
+RESULTS = "results"
+TABLE_FORMATS = ("md", "csv", "tex")
+FIGURE_FORMATS = ("pdf", "png")
+
+
+def _r(*parts) -> str:
+    return os.path.join(RESULTS, *map(str, parts))
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+def data_path(*parts) -> str:
+    return _r("data", *parts)
+
+
+def suite_file(domain: str, split: str) -> str:
+    """A synthetic suite (code or math), train or held-out eval."""
+    return data_path(domain, f"{split}.jsonl")
+
+
+def tokenizer_dir() -> str:
+    return data_path("tokenizer")
+
+
+def corpus_file(cut: str) -> str:
+    """The corpus subset or stream (``cut``), or its manifest (``manifest``)."""
+    return data_path("corpus", "manifest.json" if cut == "manifest" else f"{cut}.jsonl")
+
+
+def preference_file(domain="{domain}", split="train") -> str:
+    return data_path("preferences", domain, f"{split}.jsonl")
+
+
+def preference_domain(path) -> str:
+    """The domain of a preference file (inverse of ``preference_file``)."""
+    return Path(path).parent.name
+
+
+def prompt_set_file(pset="{pset}") -> str:
+    return data_path("prompts", f"{pset}.jsonl")
+
+
+def benchmark_problems(benchmark="{benchmark}") -> str:
+    return data_path("benchmarks", f"{benchmark}.jsonl")
+
+
+def evalplus_cache() -> str:
+    """Where evalplus release files fetched by the code_benchmark rule are kept."""
+    return data_path("benchmarks", ".evalplus_cache")
+
+
+# --- models -------------------------------------------------------------------------------------
+
+def teacher_dir(model="{model}") -> str:
+    return _r("models", model, "teacher")
+
+
+def teacher_loss_log(model="{model}") -> str:
+    return _r("logs", "teacher", f"{model}_loss.csv")
+
+
+def teacher_dpo_dir(model="{model}", pdomain="{pdomain}") -> str:
+    return _r("models", model, "teacher_dpo", pdomain)
+
+
+def conversion_dir(model="{model}", run="{run}", seed="{seed}") -> str:
+    return _r("models", model, run, f"seed{seed}")
+
+
+def conversion_manifest(model="{model}", run="{run}", seed="{seed}") -> str:
+    """The declared output of a conversion; its step_<k>/ checkpoints lie beside it."""
+    return os.path.join(conversion_dir(model, run, seed), "train.json")
+
+
+def checkpoint_dir(run_dir, step) -> Path:
+    """One checkpoint of a run (``run_dir`` holds the manifest)."""
+    return Path(run_dir) / f"step_{step}"
+
+
+def final_checkpoint(manifest) -> Path:
+    """The last checkpoint of a finished run, from its manifest (train.json)."""
+    return checkpoint_dir(Path(manifest).parent, read_json(manifest)["steps"])
+
+
+def armap_name(pdomain="{pdomain}", merge="{merge}") -> str:
+    """A DLM with AR-MAP's preference vector of ``pdomain`` merged by ``merge`` at gamma_hat."""
+    return f"armap_{pdomain}_{merge}"
+
+
+def dlm_dpo_name(pdomain="{pdomain}") -> str:
+    """A DLM DPO'd directly on ``pdomain``'s pairs."""
+    return f"dlm_dpo_{pdomain}"
+
+
+def teacher_dpo_name(pdomain="{pdomain}") -> str:
+    return f"teacher_dpo_{pdomain}"
+
+
+def armap_model_dir(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}", merge="{merge}") -> str:
+    return os.path.join(conversion_dir(model, run, seed), "armap", f"{pdomain}_{merge}")
+
+
+def dlm_dpo_dir(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}") -> str:
+    return os.path.join(conversion_dir(model, run, seed), "dlm_dpo", pdomain)
+
+
+# --- AR-MAP analyses ----------------------------------------------------------------------------
+
+def armap_dir(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}") -> str:
+    return _r("armap", model, run, f"seed{seed}", pdomain)
+
+
+def spectra_csv(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}") -> str:
+    return os.path.join(armap_dir(model, run, seed, pdomain), "spectra.csv")
+
+
+def spectra_figure(fmt: str, model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}") -> str:
+    return os.path.join(armap_dir(model, run, seed, pdomain), f"shadowing.{fmt}")
+
+
+def gamma_curve(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}", merge="{merge}") -> str:
+    return os.path.join(armap_dir(model, run, seed, pdomain), merge, "gamma.json")
+
+
+# --- evaluations --------------------------------------------------------------------------------
+
+def eval_path(benchmark="{benchmark}", model="{model}", run="{run}", seed="{seed}", step="{step}") -> str:
+    """One evaluation JSON per (benchmark, model, run, seed, checkpoint step); the AR teacher's is
+    ``teacher.json``. Code and maths evaluations keep their samples beside it (``.samples.jsonl``)."""
+    if run == "teacher":
+        return _r("eval", benchmark, model, "teacher.json")
+    return derived_eval_path(benchmark, model, run, seed, f"step_{step}")
+
+
+def derived_eval_path(benchmark="{benchmark}", model="{model}", run="{run}", seed="{seed}", name="{name}") -> str:
+    """The evaluation of a model derived from a conversion checkpoint (``armap_name``, ``dlm_dpo_name``)."""
+    return _r("eval", benchmark, model, run, f"seed{seed}", f"{name}.json")
+
+
+def teacher_dpo_eval_path(benchmark="{benchmark}", model="{model}", pdomain="{pdomain}") -> str:
+    return _r("eval", benchmark, model, f"{teacher_dpo_name(pdomain)}.json")
+
+
+def parse_eval_path(path) -> dict:
+    """(benchmark, model, run, seed, variant) of an evaluation JSON: inverse of the three above.
+    ``variant`` is the checkpoint (``step_<k>``) or derived model; teachers have no seed or variant."""
+    p = Path(path)
+    parts = p.parts[p.parts.index("eval") + 1:]
+    if len(parts) == 3:  # <benchmark>/<model>/teacher[_dpo_<domain>].json
+        return {"benchmark": parts[0], "model": parts[1], "run": p.stem, "seed": None, "variant": None}
+    return {"benchmark": parts[0], "model": parts[1], "run": parts[2], "seed": int(parts[3][4:]), "variant": p.stem}
+
+
+def teacher_check_path(model="{model}") -> str:
+    return _r("eval", "teacher_check", f"{model}.json")
+
+
+def eval_summary(fmt: str) -> str:
+    return _r("eval", f"summary.{fmt}")
+
+
+def run_summary(fmt: str) -> str:
+    return _r(f"summary.{fmt}")
+
+
+# --- tables, figures, claims --------------------------------------------------------------------
+
+def study_table(study="{study}", fmt="md") -> str:
+    return _r("tables", f"{study}.{fmt}")
+
+
+def figure_stem(study: str) -> str:
+    """figures/<study>; the ablation studies' figures lie under results/ablations/."""
+    return study if study.startswith("ablations/") else f"figures/{study}"
+
+
+def study_figure(stem="{figpath}", fmt="pdf") -> str:
+    """A study's figure, by its ``figure_stem``."""
+    return _r(f"{stem}.{fmt}")
+
+
+def armap_table(name: str, fmt: str) -> str:
+    return _r("tables", "armap", f"{name}.{fmt}")
+
+
+def armap_figure(name: str, fmt: str) -> str:
+    return _r("figures", "armap", f"{name}.{fmt}")
+
+
+def claims_file(fmt: str) -> str:
+    return _r(f"claims.{fmt}")
+
+
+# --- job records --------------------------------------------------------------------------------
+
+def log_path(name: str) -> str:
+    return _r("logs", f"{name}.log")
+
+
+def bench_path(name: str) -> str:
+    """Snakemake's per-job benchmark record (wall time, memory) of a rule, named like its log."""
+    return _r("benchmarks", f"{name}.tsv")
+
+
+def bench_result(name: str) -> str:
+    """A benchmark rule's JSON (decoding or training throughput)."""
+    return _r("bench", f"{name}.json")

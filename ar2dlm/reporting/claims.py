@@ -1,0 +1,210 @@
+"""The papers' directional claims, tested on this preset's results.
+
+Each claim compares run ``a`` with run ``b`` (or the AR teacher) of one study on the study's first
+benchmark and first model, paired by seed: effect = mean over seeds of the differences (a - b),
+spread = their standard deviation. The statistics are scipy's: a paired t-test
+(``scipy.stats.ttest_1samp`` on the per-seed differences, which is ``ttest_rel`` on the pairs) and
+the 95% t confidence interval of the mean difference. Verdicts (``VERDICT_RULE``):
+
+- ``greater``: holds when the interval lies above 0, does not hold when it lies below 0 or every
+  difference is <= 0 with no spread, else inconclusive.
+- ``not_worse``: holds when the effect is >= 0, does not hold when the interval lies below 0, else
+  inconclusive. ``near_best``: the same, a against the best other run of the study.
+- Fewer than 3 seeds: inconclusive.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+from scipy import stats
+
+from ..evaluation.suite import BENCHMARK_KINDS
+from ..pipeline import layout
+from ..pipeline.jobs import armap_dlms, study_models, study_seeds
+from ..pipeline.runs import resolve_run
+from ..provenance import read_json
+from .tables import headline_metric
+
+CONFIDENCE = 0.95
+MIN_SEEDS = 3
+VERDICT_RULE = (f"paired t-test on the per-seed differences (scipy.stats) and the {CONFIDENCE:.0%} t confidence "
+                "interval of their mean. greater: holds when the interval lies above 0, does not hold when it lies "
+                "below 0 (or every difference is <= 0 with no spread); not_worse and near_best: hold when the mean "
+                f"difference is >= 0, do not hold when the interval lies below 0; otherwise, or with fewer than "
+                f"{MIN_SEEDS} seeds, inconclusive")
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    paper: str
+    text: str
+    study: str  # a key of studies, or "armap" (read from AR-MAP's gamma searches)
+    a: str | None  # the run that should win (None: the study's first run)
+    b: str | None  # the run it is compared with, or "teacher"
+    test: str  # greater, not_worse or near_best
+    option: str | None = None  # lowest_threshold (throughput rows), gamma_hat or vs_gamma_one (AR-MAP)
+
+
+CLAIMS = [
+    Claim("align_beats_no_align", "REPR-ALIGN", "REPR-ALIGN beats AR-initialised MDLM without alignment at equal steps",
+          "repr_align/code", "ra", "mdlm", "greater"),
+    Claim("cosine_beats_l2", "REPR-ALIGN", "cosine alignment beats L2", "repr_align/metric", "ra", "ra_mse", "greater"),
+    Claim("lambda10_near_best", "REPR-ALIGN", "lambda = 10 is at or near the best lambda", "ablations/lambda", "ra",
+          None, "near_best"),
+    Claim("freezing_keeps_quality", "REPR-ALIGN",
+          "freezing embeddings and MLPs keeps quality (its training tokens/s: the study table)",
+          "repr_align/freezing", "ra_freeze", "ra", "not_worse"),
+    Claim("subset_align_beats_stream", "REPR-ALIGN", "the small subset with alignment beats the larger stream without",
+          "repr_align/data", "ra", "mdlm_stream", "greater"),
+    Claim("on_policy_beats_off_policy", "OPDLM", "on-policy distillation beats off-policy", "opdlm/policy", "opd",
+          "opd_off", "greater"),
+    Claim("block_beats_bidirectional", "Efficient-DLM", "block attention with clean context beats bidirectional",
+          "efficient_dlm/attention", "ed", "ed_bidir", "greater"),
+    Claim("positional_masking_aggressive", "Efficient-DLM",
+          "position-dependent masking beats uniform masking at the most aggressive threshold", "efficient_dlm/masking",
+          "ed", "ed_uniform", "greater", "lowest_threshold"),
+    Claim("no_shift_not_worse", "Efficient-DLM", "no shift is at least as good as shift", "efficient_dlm/shift", "ed",
+          "ed_shift", "not_worse"),
+    Claim("dlm_embeddings_beat_ar", "Efficient-DLM", "DLM embeddings beat the AR teacher's embeddings",
+          "efficient_dlm/embeddings", None, "teacher", "greater"),
+    Claim("armap_gamma_above_one", "AR-MAP", "the best gamma is above 1", "armap", None, None, "greater", "gamma_hat"),
+    Claim("armap_beats_plain_transfer", "AR-MAP", "gamma_hat beats plain transfer (gamma = 1) on held-out test pairs",
+          "armap", None, None, "greater", "vs_gamma_one"),
+]
+CLAIM_MERGE = "task_arithmetic"  # AR-MAP's claims read this merge's gamma searches
+
+
+def _value(config, bench, model, run, seed, option):
+    step = None if run == "teacher" else resolve_run(config, run)["training"]["steps"]
+    res = read_json(layout.eval_path(bench, model, run, seed, step))
+    if option == "lowest_threshold":
+        lowest = min(r["threshold"] for r in res["rows"])
+        return sum(r["base_pass@1"] for r in res["rows"] if r["threshold"] == lowest) / \
+            sum(1 for r in res["rows"] if r["threshold"] == lowest)
+    metric = headline_metric(config, bench)
+    if BENCHMARK_KINDS[config["eval"]["benchmarks"][bench]["kind"]].rows:  # one row per decoding setting: the best
+        return max(r[metric] for r in res["rows"])
+    return res["metrics"][metric]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    mean: float
+    sd: float
+    ci: tuple[float, float]
+    p: float  # two-sided paired t-test of mean difference 0
+
+
+def verdict(diffs: list[float], test: str) -> Verdict:
+    """The verdict on paired differences a - b under ``test`` (the rule: VERDICT_RULE)."""
+    if test not in ("greater", "not_worse", "near_best"):
+        raise ValueError(f"unknown test {test!r} (known: greater, not_worse, near_best)")
+    n = len(diffs)
+    s = pd.Series(diffs, dtype=float)
+    mean, sd = float(s.mean()), float(s.std()) if n > 1 else float("nan")
+    if n < 2:
+        return Verdict(f"inconclusive (fewer than {MIN_SEEDS} seeds)", mean, sd, (float("nan"), float("nan")),
+                       float("nan"))
+    if sd == 0:  # t is undefined; the interval is the point itself
+        ci, p = (mean, mean), (1.0 if mean == 0 else 0.0)
+    else:
+        res = stats.ttest_1samp(diffs, 0.0)
+        low, high = res.confidence_interval(CONFIDENCE)
+        ci, p = (float(low), float(high)), float(res.pvalue)
+    if n < MIN_SEEDS:
+        return Verdict(f"inconclusive (fewer than {MIN_SEEDS} seeds)", mean, sd, ci, p)
+    if test == "greater":
+        if ci[0] > 0:
+            v = "holds"
+        elif ci[1] < 0 or (sd == 0 and mean <= 0):
+            v = "does not hold"
+        else:
+            v = "inconclusive"
+    else:
+        v = "holds" if mean >= 0 else ("does not hold" if ci[1] < 0 else "inconclusive")
+    return Verdict(v, mean, sd, ci, p)
+
+
+def _paired_seeds(config: dict, spec: dict, runs: list[str]) -> list[int]:
+    """The seeds every one of the compared runs has in the study (differences are paired by seed)."""
+    return sorted(set.intersection(*(set(study_seeds(config, spec, r)) for r in runs)))
+
+
+def _study_claims(config: dict) -> list[tuple[Claim, dict]]:
+    return [(c, config["studies"][c.study]) for c in CLAIMS if c.study in config["studies"]]
+
+
+def claim_inputs(config: dict) -> list[str]:
+    """The evaluation and AR-MAP files the claims read: every run of each claim's study on the
+    study's first benchmark at its final step, the teacher, and the AR-MAP gamma curves."""
+    paths = [layout.gamma_curve(*d, pd_, CLAIM_MERGE) for d in armap_dlms(config) for pd_ in config["armap"]["domains"]]
+    for c, spec in _study_claims(config):
+        bench, model = spec["evals"][0], study_models(config, spec)[0]
+        paths.append(layout.eval_path(bench, model, "teacher"))
+        for r in spec["runs"]:
+            step = resolve_run(config, r)["training"]["steps"]
+            paths += [layout.eval_path(bench, model, r, s, step) for s in study_seeds(config, spec, r)]
+    return sorted(set(paths))
+
+
+def _armap_differences(config: dict, option: str) -> tuple[list[float], str]:
+    diffs = []
+    for d in armap_dlms(config):
+        for pd_ in config["armap"]["domains"]:
+            g = read_json(layout.gamma_curve(*d, pd_, CLAIM_MERGE))
+            if option == "gamma_hat":
+                diffs.append(g["gamma_hat"] - 1.0)
+            else:
+                test_curve = {c["gamma"]: c["test_reward_accuracy"] for c in g["curve"]}
+                diffs.append(test_curve[g["gamma_hat"]] - test_curve.get(1, test_curve.get(1.0)))
+    measure = "gamma_hat - 1" if option == "gamma_hat" else "test reward accuracy at gamma_hat minus at gamma 1"
+    return diffs, measure
+
+
+def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str]:
+    bench, model = spec["evals"][0], study_models(config, spec)[0]
+    metric = headline_metric(config, bench)
+    if c.test == "near_best":
+        seeds = _paired_seeds(config, spec, spec["runs"])
+        means = {r: [_value(config, bench, model, r, s, c.option) for s in seeds] for r in spec["runs"]}
+        best = max((r for r in spec["runs"] if r != c.a), key=lambda r: sum(means[r]))
+        return [x - y for x, y in zip(means[c.a], means[best])], \
+            f"{bench} {metric}: {c.a} minus the best other run ({best})"
+    a = c.a or spec["runs"][0]
+    seeds = _paired_seeds(config, spec, [a] + ([] if c.b == "teacher" else [c.b]))
+    va = [_value(config, bench, model, a, s, c.option) for s in seeds]
+    vb = [_value(config, bench, model, c.b, None if c.b == "teacher" else s, c.option) for s in seeds]
+    measure = f"{bench} {metric}" + (" at the lowest threshold" if c.option else "") + f": {a} minus {c.b}"
+    return [x - y for x, y in zip(va, vb)], measure
+
+
+def evaluate_claims(config: dict) -> pd.DataFrame:
+    rows = []
+    for c in CLAIMS:
+        base = {"id": c.id, "paper": c.paper, "claim": c.text, "study": c.study}
+        if c.study == "armap":
+            diffs, measure = _armap_differences(config, c.option)
+        elif c.study in config["studies"]:
+            diffs, measure = _study_differences(config, c, config["studies"][c.study])
+        else:
+            rows.append({**base, "verdict": "not run in this preset"})
+            continue
+        v = verdict(diffs, c.test)
+        nan = lambda x: None if math.isnan(x) else round(x, 4)  # noqa: E731
+        rows.append({**base, "measure": measure, "test": c.test, "seeds": len(diffs), "effect": round(v.mean, 4),
+                     "spread (sd)": nan(v.sd), f"{CONFIDENCE:.0%} CI": None if math.isnan(v.ci[0]) else
+                     f"[{v.ci[0]:+.4f}, {v.ci[1]:+.4f}]", "p (paired t)": nan(v.p),
+                     "differences": ", ".join(f"{d:+.3f}" for d in diffs), "verdict": v.verdict})
+    return pd.DataFrame(rows)
+
+
+def claims_markdown(df: pd.DataFrame, preset: str) -> str:
+    head = [f"# Claims of the four papers, tested on the {preset} preset", "",
+            "Each row compares two runs of one study, paired by seed. Measured here at this preset's scale: a verdict "
+            "says what these runs show, not what the papers found.", "", f"Verdict rule: {VERDICT_RULE}.", ""]
+    return "\n".join(head + [df.to_markdown(index=False), ""])

@@ -1,0 +1,121 @@
+"""Study figures, one function per figure kind (``FIGURE_KINDS``: the schema's ``studies.*.figure``
+names, a test ties the two), and one way to write a figure (PDF and PNG) without a display.
+
+Each kind draws on one axis from the study's evaluations on its first benchmark."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pandas as pd
+
+from ..evaluation.suite import BENCHMARK_KINDS
+from ..pipeline import layout
+from ..pipeline.jobs import study_models
+from ..pipeline.runs import resolve_run
+from ..provenance import read_json
+from .tables import Evaluated, study_evaluations
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig, pdf_path, png_path) -> None:
+    fig.tight_layout()
+    fig.savefig(pdf_path)
+    fig.savefig(png_path, dpi=150)
+    pyplot().close(fig)
+
+
+def metric_curve(ax, config: dict, study: str, data: list[Evaluated], *, against: str) -> None:
+    """A metric against the alignment weight lambda (one line per model) or against the training
+    step (one line per model and run; pass@10 where measured: adaptation speed)."""
+    first = config["studies"][study]["evals"][0]
+    metrics = next(d.result["metrics"] for d in data if d.benchmark == first)
+    preferred = ("base_pass@10",) if against == "steps" else ()
+    kind = BENCHMARK_KINDS[config["eval"]["benchmarks"][first]["kind"]]
+    metric = next(m for m in (*preferred, *kind.metrics) if m in metrics)
+    rows = []
+    for d in data:
+        if d.benchmark != first:
+            continue
+        align = resolve_run(config, d.run)["align"]
+        x = (align["lambda"] if align else 0.0) if against == "lambda" else d.step
+        rows.append({"model": d.model, "run": d.run, "x": x, "seed": d.seed, "y": d.result["metrics"][metric]})
+    df = pd.DataFrame(rows)
+    group = ["model"] if against == "lambda" else ["model", "run"]
+    for key, part in df.groupby(group):
+        agg = part.groupby("x")["y"].agg(["mean", "std"]).fillna(0.0).reset_index()
+        ax.errorbar(agg["x"], agg["mean"], yerr=agg["std"], marker="o", capsize=3,
+                    label=" ".join(key) if isinstance(key, tuple) else key)
+    if against == "lambda":
+        ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlabel("alignment weight lambda" if against == "lambda" else "training step")
+    ax.set_ylabel(f"{first}: {metric}")
+
+
+def speed_curve(ax, config: dict, study: str, data: list[Evaluated], *, xkey: str) -> None:
+    """Accuracy against decoding speed (tokens/s or tokens per step), one line per run and block
+    size over the decoding thresholds, the AR teacher as a star."""
+    spec = config["studies"][study]
+    first = spec["evals"][0]
+    for model in study_models(config, spec):
+        for r in spec["runs"]:
+            rows = [row for d in data if d.model == model and d.run == r and d.benchmark == first
+                    for row in d.result["rows"]]
+            if not rows:
+                continue
+            df = pd.DataFrame(rows).groupby(["threshold", "block_size"], dropna=False)[[xkey, "base_pass@1"]].mean()
+            for block, part in df.reset_index().groupby("block_size", dropna=False):
+                part = part.sort_values(xkey)
+                ax.plot(part[xkey], part["base_pass@1"], marker="o", label=f"{r} (block {int(block)})")
+        teacher = read_json(layout.eval_path(first, model, "teacher"))["rows"][0]
+        ax.scatter([teacher[xkey]], [teacher["base_pass@1"]], marker="*", s=120, color="black", label="AR teacher")
+    ax.set_xlabel("tokens / s" if xkey == "tokens_per_s" else "tokens per step")
+    ax.set_ylabel(f"{first}: base_pass@1")
+
+
+def budget_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
+    """Held-out NLL per token against the training tokens each run saw (its manifest)."""
+    rows = []
+    for d in data:
+        tokens = read_json(layout.conversion_manifest(d.model, d.run, d.seed))["tokens"]
+        for m, v in d.result["metrics"].items():
+            if m.startswith("nll_per_token"):
+                rows.append({"run": d.run, "tokens": tokens, "metric": m, "y": v})
+    df = pd.DataFrame(rows).groupby(["metric", "run"]).mean().reset_index()
+    for m, part in df.groupby("metric"):
+        part = part.sort_values("tokens")
+        ax.plot(part["tokens"], part["y"], marker="o", label=m)
+    ax.set_xscale("log")
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("held-out NLL per token (ELBO bound)")
+
+
+FIGURE_KINDS = {
+    "lambda": partial(metric_curve, against="lambda"),
+    "steps": partial(metric_curve, against="steps"),
+    "throughput": partial(speed_curve, xkey="tokens_per_s"),
+    "tokens_per_step": partial(speed_curve, xkey="tokens_per_step"),
+    "budget": budget_curve,
+}
+
+
+def study_figure(config: dict, study: str, pdf_path, png_path) -> None:
+    kind = config["studies"][study]["figure"]
+    if kind not in FIGURE_KINDS:
+        raise ValueError(f"unknown figure kind {kind!r} (known: {', '.join(FIGURE_KINDS)})")
+    plt = pyplot()
+    data = study_evaluations(config, study)
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    FIGURE_KINDS[kind](ax, config, study, data)
+    seeds = sorted({d.seed for d in data})
+    ax.set_title(f"{study} ({config['preset']} preset, seeds {', '.join(map(str, seeds))})", fontsize=8)
+    ax.legend(fontsize=6)
+    save(fig, pdf_path, png_path)

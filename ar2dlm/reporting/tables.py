@@ -1,0 +1,143 @@
+"""The papers' tables and figures, rebuilt from the evaluation JSONs of the chosen preset.
+
+Every study (config ``studies``) becomes one table: a row per run (its final checkpoint), a column
+per benchmark metric as mean +- standard deviation over the study's seeds, the AR teacher under
+the same harness as the last row. Numbers a paper reports (``config/reported.yaml``) are listed
+under the table with their source and model, never mixed into the measured rows. A study with a
+``figure`` kind also gets a figure (``figures``). Every artifact states the preset, models and seeds it came from.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+
+from ..evaluation.suite import BENCHMARK_KINDS
+from ..pipeline import layout
+from ..pipeline.jobs import study_members, study_models
+from ..provenance import read_json
+
+
+def headline_metric(config: dict, benchmark: str) -> str:
+    """The metric of a benchmark that figures plot and claims compare: its kind's first table metric."""
+    return BENCHMARK_KINDS[config["eval"]["benchmarks"][benchmark]["kind"]].metrics[0]
+
+
+def study_inputs(config: dict, study: str) -> list[str]:
+    """Every evaluation JSON a study's table and figure read (what its rule depends on)."""
+    spec = config["studies"][study]
+    members = study_members(config, study)
+    paths = [layout.eval_path(e, model, "teacher") for model in study_models(config, spec) for e in spec["evals"]]
+    paths += [layout.eval_path(e, m.model, m.run, s, k) for m in members for e in spec["evals"] for s in m.seeds
+              for k in m.steps]
+    if spec.get("figure") == "budget" or spec.get("training_columns"):
+        paths += [layout.conversion_manifest(m.model, m.run, s) for m in members for s in m.seeds]
+    return sorted(set(paths))
+
+
+def mean_sd(values: list[float], fmt: str = ".3f") -> str:
+    s = pd.Series(values, dtype=float)
+    return f"{s.mean():{fmt}}" if len(s) == 1 else f"{s.mean():{fmt}} ± {s.std():{fmt}}"
+
+
+def parameter_count(model_dir) -> int:
+    """Parameters of a saved checkpoint, read from its safetensors headers (no weights loaded)."""
+    from safetensors import safe_open
+
+    n = 0
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(f), "pt") as st:
+            for k in st.keys():
+                n += math.prod(st.get_slice(k).get_shape())
+    return n
+
+
+def training_columns(manifests: list[str]) -> dict:
+    """Training tokens, tokens/s (summed step time, across resumptions) and FLOPs of the trained
+    model's forward and backward passes (6 x parameters x tokens; a teacher's forward passes for
+    alignment or distillation targets are not counted), mean +- sd over seeds."""
+    runs = [read_json(m) for m in manifests]
+    params = [parameter_count(layout.final_checkpoint(m)) for m in manifests]
+    return {"training tokens": mean_sd([r["tokens"] for r in runs], fmt=".0f"),
+            "training tokens/s": mean_sd([r["tokens"] / r["train_seconds"] for r in runs], fmt=".0f"),
+            "training FLOPs (6ND)": mean_sd([6 * n * r["tokens"] for n, r in zip(params, runs)], fmt=".3g")}
+
+
+def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
+    """(table, context): one row per (model, run) at its final step and the teacher per model."""
+    spec = config["studies"][study]
+    benches = config["eval"]["benchmarks"]
+    members = study_members(config, study)
+    rows = []
+    for model in study_models(config, spec):
+        for m in [m for m in members if m.model == model] + [None]:
+            run, seeds = ("teacher", [None]) if m is None else (m.run, m.seeds)
+            row = {"model": model, "run": run}
+            for e in spec["evals"]:
+                kind = BENCHMARK_KINDS[benches[e]["kind"]]
+                results = [read_json(layout.eval_path(e, model, run, s, None if m is None else m.final_step))
+                           for s in seeds]
+                if kind.rows:  # one row per decoding setting: the most accurate one
+                    metric = kind.metrics[0]
+                    best = [max(res["rows"], key=lambda x: x.get(metric, 0)) for res in results]
+                    row[f"{e}: best {metric}"] = mean_sd([b.get(metric, 0) for b in best])
+                    row[f"{e}: tokens/s at best"] = mean_sd([b["tokens_per_s"] for b in best])
+                    continue
+                for metric in kind.metrics:
+                    vals = [res["metrics"][metric] for res in results if metric in res["metrics"]]
+                    if vals:
+                        row[f"{e}: {metric}"] = mean_sd(vals)
+            if spec.get("training_columns") and m is not None:
+                row.update(training_columns([layout.conversion_manifest(model, run, s) for s in seeds]))
+            row["seeds"] = "-" if m is None else ", ".join(map(str, seeds))
+            rows.append(row)
+    context = {"study": study, "preset": config["preset"], "models": study_models(config, spec),
+               "seeds": sorted({s for m in members for s in m.seeds})}
+    return pd.DataFrame(rows), context
+
+
+def reported_rows(reported: dict, study: str, preset: str) -> pd.DataFrame:
+    """The papers' numbers for a study, with source (shown beside ours, never as ours)."""
+    rows = [{**r, "note": "paper number" + ("" if preset == "paper" else f", not at the {preset} preset's scale")}
+            for r in reported.get(study, [])]
+    return pd.DataFrame(rows)
+
+
+def study_header(context: dict) -> str:
+    return (f"Study `{context['study']}`, preset `{context['preset']}`, models {', '.join(context['models'])}, "
+            f"seeds {', '.join(map(str, context['seeds']))}. Measured by this pipeline; mean ± standard deviation "
+            "over seeds at each run's final checkpoint; the AR teacher under the same harness.")
+
+
+def write_table(table: pd.DataFrame, title: str, header: str, preset: str, md_path, csv_path, tex_path,
+                reported: pd.DataFrame | None = None) -> None:
+    """One table as Markdown (title, provenance header, the papers' numbers under it), CSV and LaTeX."""
+    shown = table.fillna("-")  # cells a row has no value for (the teacher's training columns)
+    md = [f"# {title}", "", header, "", shown.to_markdown(index=False), ""]
+    if reported is not None and len(reported):
+        md += ["Reported in the papers (with source):", "", reported.to_markdown(index=False), ""]
+    Path(md_path).write_text("\n".join(md))
+    table.assign(preset=preset).to_csv(csv_path, index=False)
+    caption = f"{title}. {header}".replace("`", "").replace("±", "$\\pm$").replace("_", "\\_")
+    Path(tex_path).write_text(shown.to_latex(index=False, caption=caption, label=f"tab:{title}")
+                              .replace("±", "$\\pm$"))
+
+
+class Evaluated(NamedTuple):
+    """One evaluation of a study: a run's checkpoint on a benchmark, and its result JSON."""
+    model: str
+    run: str
+    seed: int
+    step: int
+    benchmark: str
+    result: dict
+
+
+def study_evaluations(config: dict, study: str) -> list[Evaluated]:
+    """Every conversion evaluation of a study (each run, benchmark, seed and evaluated step)."""
+    spec = config["studies"][study]
+    return [Evaluated(m.model, m.run, s, k, e, read_json(layout.eval_path(e, m.model, m.run, s, k)))
+            for m in study_members(config, study) for e in spec["evals"] for s in m.seeds for k in m.steps]

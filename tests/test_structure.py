@@ -1,0 +1,123 @@
+"""The package's shape: no import loop, and the schema's names tied to the registries that implement them."""
+
+import ast
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "ar2dlm"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """Package modules a file imports, at top level or inside functions (a lazy import is still an edge)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            for alias in node.names:  # `from . import layout` names a module, `from .x import f` a function
+                full = f"{base}.{alias.name}"
+                out.add(full if full in modules else base)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m in modules and m != name}
+
+
+def test_no_import_loop_in_the_package():
+    files = sorted(PACKAGE.rglob("*.py"))
+    modules = {_module_name(f) for f in files}
+    graph = {_module_name(f): _imports(f, modules) for f in files}
+    # a package's __init__ runs before its modules: importing a.b imports a
+    for m in modules:
+        for parent in (m.rsplit(".", i)[0] for i in range(1, m.count(".") + 1)):
+            if parent in modules and parent != m:
+                graph[m] = graph[m] | {parent}
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                raise AssertionError("import loop: " + " -> ".join(stack[stack.index(n):] + [n]))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert "ar2dlm.pipeline.runs" in graph and graph["ar2dlm.pipeline.checks"] >= {"ar2dlm.pipeline.runs"}
+
+
+def test_the_package_is_subpackages_only():
+    """The core, training, evaluation, AR-MAP, data, pipeline bookkeeping and reporting each have a
+    subpackage; the top level keeps only the shared provenance helpers."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "provenance.py"]
+    subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert subpackages == {"core", "data", "training", "evaluation", "armap", "pipeline", "reporting"}
+
+
+def _schema():
+    return yaml.safe_load((REPO / "config" / "schema.yaml").read_text())["properties"]
+
+
+def test_schema_names_match_the_registries():
+    from ar2dlm.armap.merge import MERGES
+    from ar2dlm.evaluation.suite import BENCHMARK_KINDS
+    from ar2dlm.pipeline.runs import METHOD_DEFAULTS
+    from ar2dlm.reporting.figures import FIGURE_KINDS
+
+    schema = _schema()
+    bench = schema["eval"]["properties"]["benchmarks"]["additionalProperties"]
+    assert set(bench["properties"]["kind"]["enum"]) == set(BENCHMARK_KINDS)
+    study = schema["studies"]["additionalProperties"]["properties"]
+    assert set(study["figure"]["enum"]) == set(FIGURE_KINDS)
+    merges = schema["armap"]["properties"]["merges"]["properties"]
+    assert set(merges) == set(MERGES) == set(schema["armap"]["properties"]["eval_merges"]["items"]["enum"])
+    for name, merge in MERGES.items():  # each merge's options are its config keys
+        assert set(merges[name].get("properties", {})) == set(merge.options), name
+    run = schema["runs"]["additionalProperties"]["properties"]
+    assert set(run["method"]["enum"]) == set(METHOD_DEFAULTS)
+
+
+def test_benchmark_kinds_name_their_metrics_and_inputs():
+    """Every kind's metrics are what its evaluation writes, and its inputs are results files."""
+    from ar2dlm.evaluation.suite import BENCHMARK_KINDS, LOCAL_HARNESS_TASKS
+
+    assert LOCAL_HARNESS_TASKS == ("arith_choice",)
+    spec = {"local": True, "tasks": ["docstring_retrieval"]}
+    for name, kind in BENCHMARK_KINDS.items():
+        assert kind.metrics, name
+        assert all(p.startswith("results/data/") for p in kind.inputs(name, spec).values()), name
+
+
+def test_jobs_run_the_checkout_of_the_snakefile(tmp_path, monkeypatch):
+    from ar2dlm.pipeline.config import use_checkout
+
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    use_checkout(REPO)
+    import os
+
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [str(REPO.resolve()), "/elsewhere"]
+    other = tmp_path / "other_checkout"
+    (other / "ar2dlm").mkdir(parents=True)
+    try:
+        use_checkout(other)
+    except RuntimeError as exc:
+        assert str(other / "ar2dlm") in str(exc) and str(REPO / "ar2dlm") in str(exc)
+    else:
+        raise AssertionError("another checkout's Snakefile was accepted")
