@@ -80,11 +80,18 @@ def test_frozen_parameters_stay_bitwise_unchanged(setup, tmp_path):
         assert torch.equal(before[name], after[name]) == frozen, name
 
 
-def test_repr_align_with_lambda_zero_matches_mdlm(setup, tmp_path):
+def test_repr_align_with_lambda_zero_matches_mdlm_and_loads_no_teacher(setup, tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
     a = run_cfg("ra", steps=4)
     a["align"]["lambda"] = 0.0
     b = run_cfg("mdlm", steps=4)
+    loaded = []
+    load = AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained",
+                        lambda path, *args, **kw: loaded.append(str(path)) or load(path, *args, **kw))
     train(setup, a, tmp_path / "a")
+    assert loaded == [str(setup / "teacher")]  # the student's initial weights only, no frozen teacher
     train(setup, b, tmp_path / "b")
     wa, wb = weights(tmp_path / "a" / "step_4"), weights(tmp_path / "b" / "step_4")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -1,5 +1,5 @@
-"""Learning-rate schedule and mixed-precision context shared by every training loop (AR
-pretraining, conversion, DLM DPO)."""
+"""Learning-rate schedule and mixed-precision context shared by the training loops written
+here (AR pretraining, conversion)."""
 
 from __future__ import annotations
 

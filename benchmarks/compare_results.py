@@ -1,0 +1,56 @@
+"""Compare the tables and claims of two results folders, less measured speeds and times.
+
+    python benchmarks/compare_results.py BEFORE/results AFTER/results
+
+Prints every table cell and claim that differs (CSV tables under tables/ and claims.csv); columns
+that hold measured speeds or wall times (tokens/s, seconds) are left out, since they vary from run
+to run on the same machine. Exits 1 when something else differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+SPEED = ("tokens/s", "tokens_per_s", "seconds", "wall")
+
+
+def frames(root: Path) -> dict[str, pd.DataFrame]:
+    files = sorted((root / "tables").rglob("*.csv")) + [root / "claims.csv"]
+    return {str(f.relative_to(root)): pd.read_csv(f) for f in files}
+
+
+def compare(before: Path, after: Path) -> list[str]:
+    a, b = frames(before), frames(after)
+    out = [f"{name}: only in {'before' if name in a else 'after'}" for name in sorted(set(a) ^ set(b))]
+    for name in sorted(set(a) & set(b)):
+        x, y = a[name], b[name]
+        cols = [c for c in x.columns if not any(s in c for s in SPEED)]
+        for c in sorted(set(cols) ^ {c for c in y.columns if not any(s in c for s in SPEED)}):
+            out.append(f"{name}: column {c!r} in only one")
+        if len(x) != len(y):
+            out.append(f"{name}: {len(x)} rows before, {len(y)} after")
+            continue
+        for c in [c for c in cols if c in y.columns]:
+            for i, (u, v) in enumerate(zip(x[c], y[c])):
+                if not (u == v or (pd.isna(u) and pd.isna(v))):
+                    key = x.iloc[i].get("id", x.iloc[i].get("run", i))
+                    out.append(f"{name} [{key}] {c}: {u!r} -> {v!r}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("before", type=Path)
+    ap.add_argument("after", type=Path)
+    args = ap.parse_args()
+    diffs = compare(args.before, args.after)
+    print("\n".join(diffs) if diffs else "tables and claims equal (less measured speeds)")
+    sys.exit(1 if diffs else 0)
+
+
+if __name__ == "__main__":
+    main()
