@@ -202,20 +202,20 @@ def test_smoke_extends_tiny_with_the_same_grid():
 def test_run_seeds_and_merge_seeds_narrow_the_jobs():
     from ar2dlm.pipeline.config import merge_preset
     from ar2dlm.reporting.claims import claim_inputs
-    from ar2dlm.pipeline.runs import armap_jobs, conversion_jobs, eval_jobs, study_seeds
+    from ar2dlm.pipeline.jobs import armap_jobs, conversion_jobs, eval_jobs, study_seeds
 
     cfg = merge_preset({"preset": "tiny"}, REPO / "config")
     spec = cfg["studies"]["repr_align/code"]
     assert study_seeds(cfg, spec, "scratch") == [0] and study_seeds(cfg, spec, "ra") == [0, 1, 2]
-    assert {s for _, r, s in conversion_jobs(cfg) if r == "scratch"} == {0}
-    sampled = {(r, s) for b, _, r, s, _ in eval_jobs(cfg)[0] if b == "synthetic_code_sampled"}
+    assert {c.seed for c in conversion_jobs(cfg) if c.run == "scratch"} == {0}
+    sampled = {(e.run, e.seed) for e in eval_jobs(cfg)[0] if e.benchmark == "synthetic_code_sampled"}
     assert ("scratch", 1) not in sampled and ("mdlm", 2) in sampled
     assert not any("/scratch/seed1/" in p for p in claim_inputs(cfg))  # claims pair ra and mdlm on their seeds
-    search = {(s, g) for _, _, s, _, g in armap_jobs(cfg)["search"]}
+    search = {(j.seed, j.merge) for j in armap_jobs(cfg).search}
     assert {s for s, g in search if g == "task_arithmetic"} == {0, 1, 2}
     assert {s for s, g in search if g in ("ties", "dare")} == {0}
     cfg["armap"].pop("merge_seeds")
-    assert {s for _, _, s, _, g in armap_jobs(cfg)["search"] if g == "ties"} == {0, 1, 2}
+    assert {j.seed for j in armap_jobs(cfg).search if j.merge == "ties"} == {0, 1, 2}
 
 
 def test_config_files_have_no_duplicate_keys():

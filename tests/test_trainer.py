@@ -149,18 +149,18 @@ def test_kill_and_resume_matches_an_uninterrupted_run(setup, tmp_path):
 
 
 def test_nan_loss_stops_without_overwriting_the_last_checkpoint(setup, tmp_path, monkeypatch):
-    import ar2dlm.training.trainer as trainer
+    from ar2dlm.training.objectives import Diffusion
 
     run = run_cfg("mdlm", steps=8)
     train(setup, run, tmp_path / "clean")
-    real, calls = trainer.diffusion_terms, []
+    real, calls = Diffusion.terms, []
 
     def poisoned(*args, **kwargs):  # the loss turns NaN at step 6
         calls.append(1)
         terms = real(*args, **kwargs)
         return {k: v * float("nan") for k, v in terms.items()} if len(calls) > 6 else terms
 
-    monkeypatch.setattr(trainer, "diffusion_terms", poisoned)
+    monkeypatch.setattr(Diffusion, "terms", poisoned)
     with pytest.raises(FloatingPointError, match=r"step 6 .*last good checkpoint \(step 4\) is kept"):
         train(setup, run, tmp_path / "n")
     assert not (tmp_path / "n" / "step_8").exists()
