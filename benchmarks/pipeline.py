@@ -18,18 +18,20 @@ from pathlib import Path
 
 import pandas as pd
 
+from ar2dlm.pipeline import layout
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def job_times(results: Path) -> pd.DataFrame:
+def job_times(work: Path) -> pd.DataFrame:
     """One row per job: stage (the benchmark folder), job, wall seconds, CPU seconds, peak RSS (MB)."""
     rows = []
-    for f in sorted((results / "benchmarks").glob("*/*.tsv")):
+    for f in sorted(work.glob(layout.bench_path("*/*"))):
         last = pd.read_csv(f, sep="\t").iloc[-1]
         rows.append({"stage": f.parent.name, "job": f.stem, "s": float(last["s"]),
                      "cpu_s": float(last["cpu_time"]), "max_rss_mb": float(last["max_rss"])})
     if not rows:
-        raise SystemExit(f"no benchmark files under {results / 'benchmarks'}: run the target first")
+        raise SystemExit(f"no benchmark files {work / layout.bench_path('*/*')}: run the target first")
     return pd.DataFrame(rows)
 
 
@@ -46,7 +48,7 @@ def main():
     args = ap.parse_args()
 
     work = Path(args.workdir).resolve()
-    results = work / "results"
+    results = work / layout.RESULTS
     wall = None
     if not args.no_run:
         if results.exists() and any(p.name != "README.md" for p in results.iterdir()):
@@ -61,7 +63,7 @@ def main():
         if proc.returncode != 0:
             raise SystemExit(f"snakemake {args.target} failed (exit {proc.returncode}) after {wall:.0f} s")
 
-    jobs = job_times(results)
+    jobs = job_times(work)
     stages = (jobs.groupby("stage").agg(jobs=("job", "size"), job_s=("s", "sum"), cpu_s=("cpu_s", "sum"),
                                         slowest_s=("s", "max")).sort_values("job_s", ascending=False).round(1))
     slowest = jobs.sort_values("s", ascending=False).head(args.top).round(1)
@@ -69,7 +71,7 @@ def main():
                "wall_seconds": None if wall is None else round(wall, 1), "budget_minutes": args.budget_min,
                "jobs": len(jobs), "job_seconds": round(jobs.s.sum(), 1), "cpu_seconds": round(jobs.cpu_s.sum(), 1),
                "stages": stages.reset_index().to_dict("records"), "slowest": slowest.to_dict("records")}
-    out = Path(args.out) if args.out else results / "bench" / "pipeline.json"
+    out = Path(args.out) if args.out else work / layout.bench_result("pipeline")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2))
 

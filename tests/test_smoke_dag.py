@@ -50,7 +50,7 @@ def test_summary_reports_measured_teacher_numbers(smoke_run):
 
 def test_every_study_evaluation_is_written(smoke_run):
     from ar2dlm.pipeline.config import merge_preset
-    from ar2dlm.pipeline.runs import eval_jobs
+    from ar2dlm.pipeline.jobs import eval_jobs
 
     config = merge_preset(yaml.safe_load(open(SMOKE)), REPO / "config")
     conversions, teachers = eval_jobs(config)

@@ -105,6 +105,11 @@ def checkpoint_dir(run_dir, step) -> Path:
     return Path(run_dir) / f"step_{step}"
 
 
+def checkpoint_dirs(run_dir) -> dict[int, Path]:
+    """The checkpoint folders a run folder holds, by step (complete or not)."""
+    return {int(p.name[5:]): p for p in Path(run_dir).glob("step_*") if p.is_dir() and p.name[5:].isdigit()}
+
+
 def final_checkpoint(manifest) -> Path:
     """The last checkpoint of a finished run, from its manifest (train.json)."""
     return checkpoint_dir(Path(manifest).parent, read_json(manifest)["steps"])

@@ -1,1 +1,1 @@
-""""""
+"""Tables, figures, claims and summaries, rebuilt from the results folder."""

@@ -36,13 +36,13 @@ def main_table(config: dict) -> pd.DataFrame:
         for b in a["evals"].get(d, []):
             metric = headline_metric(config, b)
             for m in sorted({m for m, _, _ in armap_dlms(config)}):
-                variants = {"DLM (base)": lambda r, s: f"step_{resolve_run(config, r)['training']['steps']}",
-                            "DLM DPO (direct)": lambda r, s: layout.dlm_dpo_name(d)}
+                variants = {"DLM (base)": lambda r, s: layout.eval_path(b, m, r, s, resolve_run(config, r)["training"]["steps"]),
+                            "DLM DPO (direct)": lambda r, s: layout.derived_eval_path(b, m, r, s, layout.dlm_dpo_name(d))}
                 for g in a["eval_merges"]:
-                    variants[f"AR-MAP {g} (gamma_hat)"] = lambda r, s, g=g: layout.armap_name(d, g)
-                for label, name in variants.items():
-                    vals = [read_json(layout.derived_eval_path(b, m, r, s, name(r, s)))["metrics"][metric]
-                            for mm, r, s in armap_dlms(config) if mm == m]
+                    variants[f"AR-MAP {g} (gamma_hat)"] = \
+                        lambda r, s, g=g: layout.derived_eval_path(b, m, r, s, layout.armap_name(d, g))
+                for label, path in variants.items():
+                    vals = [read_json(path(r, s))["metrics"][metric] for mm, r, s in armap_dlms(config) if mm == m]
                     rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "system": label,
                                  "value": mean_sd(vals), "seeds": len(vals)})
                 for label, path in (("AR teacher", layout.eval_path(b, m, "teacher")),

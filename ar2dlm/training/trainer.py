@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from ..core.conventions import Conventions
 from ..core.models import load_conventions, save_model
-from ..pipeline.layout import checkpoint_dir
+from ..pipeline.layout import checkpoint_dir, checkpoint_dirs
 from ..provenance import library_versions, read_json, read_jsonl, write_json
 from .data import Batches, StreamBatches, document_rows
 from .objectives import freeze, objective_for
@@ -34,11 +34,7 @@ STATE_FILE = "trainer_state.pt"
 
 def checkpoint_steps(out_dir: Path) -> list[int]:
     """Steps with a complete checkpoint (weights, conventions and trainer state)."""
-    steps = []
-    for p in Path(out_dir).glob("step_*"):
-        if p.is_dir() and (p / STATE_FILE).is_file() and p.name[5:].isdigit():
-            steps.append(int(p.name[5:]))
-    return sorted(steps)
+    return sorted(k for k, p in checkpoint_dirs(out_dir).items() if (p / STATE_FILE).is_file())
 
 
 def keep_matching_checkpoints(out_dir: Path, settings: dict) -> dict:
@@ -195,7 +191,7 @@ def save_checkpoint(model, tokenizer, opt, gen_states: list, out_dir: Path, step
     """Write step_<k>/ (HF weights, tokenizer, ar2dlm.json, trainer_state.pt, the run's settings)
     atomically."""
     final = checkpoint_dir(out_dir, step)
-    tmp = out_dir / f".step_{step}.tmp"
+    tmp = final.with_name(f".{final.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(model, tokenizer, tmp, {**conv.to_dict(), **info, "step": step})
     torch.save({"optimizer": opt.state_dict(), "generators": gen_states, "step": step}, tmp / STATE_FILE)
