@@ -26,6 +26,7 @@ from ar2dlm.evaluation.suite import BENCHMARK_KINDS
 from ar2dlm.reporting.armap import armap_report_inputs
 from ar2dlm.reporting.claims import claim_inputs
 from ar2dlm.reporting.tables import study_inputs
+from ar2dlm.training.tracking import export as export_tracking
 
 min_version("9.0")
 
@@ -40,6 +41,7 @@ try:
     check_config(config)
 except ConfigError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
+export_tracking({**config["tracking"], "directory": layout.tracking_dir(config["tracking"]["backend"])})
 
 MODELS = list(config["models"])
 RUNS = list(config["runs"])

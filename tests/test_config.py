@@ -145,6 +145,7 @@ BAD_CONFIGS = [
     ({"armap": {"merge_seeds": {"task_arithmetic": [0]}}}, "armap.merge_seeds.task_arithmetic", "every seed"),
     ({"studies": {"repr_align/code": {"run_seeds": {"ra_l1": [0]}}}}, "studies.repr_align/code.run_seeds",
      "'ra_l1' is not one of the study's runs"),
+    ({"tracking": {"backend": "comet"}}, "tracking.backend", "is not one of"),
     ({"eval": {"benchmarks": {"mine": {"kind": "code", "source": "path", "format": "evalplus", "dataset": "humaneval",
                                        "style": "body", "max_new_tokens": 16, "parallel": 1, "limit": None,
                                        "n_samples": 1, "temperature": 0}}}}, "eval.benchmarks.mine", "'path' is a required"),
@@ -159,6 +160,16 @@ def test_bad_config_fails_naming_the_key(dry_run, override, key, words):
     assert f"config key '{key}'" in out, out[-2000:]
     assert words in out, out[-2000:]
     assert "rule " not in proc.stdout  # failed before any job was planned
+
+
+def test_a_tracker_whose_package_is_missing_is_named_at_dag_build(dry_run):
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    proc = dry_run({"tracking": {"backend": "wandb", "project": "p"}})
+    out = proc.stderr + proc.stdout
+    assert proc.returncode != 0 and "config key 'tracking.backend'" in out and "pip install wandb" in out, out[-2000:]
 
 
 def test_lint_is_clean():

@@ -141,9 +141,14 @@ def test_html_report(smoke_run):
     assert (smoke_run / "report.html").stat().st_size > 500_000
 
 
-def test_second_run_has_nothing_to_do(smoke_run):
+def test_second_run_has_nothing_to_do(smoke_run, tmp_path):
     proc = run_snakemake(["-n", "all_tables", "--configfile", SMOKE], smoke_run)
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr
+    # switching on a tracker reruns nothing
+    tracking = tmp_path / "tracking.yaml"
+    tracking.write_text(yaml.safe_dump({"tracking": {"backend": "tensorboard", "project": "ar2dlm"}}))
+    proc = run_snakemake(["-n", "all_tables", "--configfile", SMOKE, str(tracking)], smoke_run)
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
 
 
 def test_decode_benchmark_rule(smoke_run):

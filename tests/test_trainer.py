@@ -71,6 +71,20 @@ def test_each_objective_loss_falls(setup, tmp_path, name, term):
     assert conv["attention"] == run["attention"] and conv["shift"] == run["shift"] and conv["run"] == name
 
 
+def test_tensorboard_receives_every_logged_row(setup, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = run_cfg("mdlm", steps=4)
+    train_run(run, setup / "teacher", setup / "corpus.jsonl", tmp_path / "run", seed=0, preset="smoke",
+              model_name="tiny", tracking={"backend": "tensorboard", "project": "p", "directory": tmp_path / "tb"})
+    events = EventAccumulator(str(tmp_path / "tb" / "tiny" / "mdlm" / "seed0"))
+    events.Reload()
+    rows = log(tmp_path / "run")
+    for key in ("loss", "diffusion", "lr", "grad_norm", "tokens_per_s"):
+        logged = [(e.step, e.value) for e in events.Scalars(key)]
+        assert logged == [(r["step"], pytest.approx(r[key], rel=1e-6)) for r in rows], key
+
+
 def test_frozen_parameters_stay_bitwise_unchanged(setup, tmp_path):
     run = run_cfg("ra_freeze", steps=4)
     train(setup, run, tmp_path / "f")

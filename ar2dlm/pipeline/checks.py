@@ -8,6 +8,7 @@ from pathlib import Path
 from ..data.code_suite import split_pairings
 from ..data.corpus import PROMPT_SOURCES
 from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_HARNESS_TASKS
+from ..training.tracking import missing_package
 from .config import ConfigError
 from .jobs import armap_domains
 from .runs import resolve_run
@@ -87,6 +88,10 @@ def check_config(config: dict) -> None:
     check_evals(config)
     check_armap(config)
     check_bench(config)
+    package = missing_package(config["tracking"]["backend"])
+    if package:
+        raise ConfigError("tracking.backend", f"{config['tracking']['backend']} needs the {package} package, which "
+                          f"this environment lacks (pip install {package})")
 
 
 def check_bench(config: dict) -> None:

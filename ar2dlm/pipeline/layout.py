@@ -224,6 +224,11 @@ def claims_file(fmt: str) -> str:
     return _r(f"claims.{fmt}")
 
 
+def tracking_dir(backend: str) -> str:
+    """Where an experiment tracker (TensorBoard, offline W&B, MLflow) writes every run's metrics."""
+    return _r("tracking", backend)
+
+
 # --- job records --------------------------------------------------------------------------------
 
 def log_path(name: str) -> str:

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from ..provenance import log_to, write_json
+from .tracking import exported
 from .trainer import train_run
 
 
@@ -24,13 +25,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--log", default=None)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--tracking", default=None, help="experiment tracking as JSON: backend, project, directory "
+                    "(default: what the workflow exported)")
     a = ap.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
     if a.log:
         log_to(a.log if rank == 0 else f"{a.log}.rank{rank}", a.threads)
     out = Path(a.out)
     info = train_run(json.loads(a.run), a.teacher, a.corpus, out.parent, seed=a.seed, preset=a.preset,
-                     model_name=a.model)
+                     model_name=a.model, tracking=json.loads(a.tracking) if a.tracking else exported())
     if rank == 0:  # the manifest is written last, once, when the run is complete
         write_json(out, info)
 

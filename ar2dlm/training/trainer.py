@@ -28,6 +28,7 @@ from ..provenance import library_versions, read_json, read_jsonl, write_json
 from .data import Batches, StreamBatches, document_rows
 from .objectives import freeze, objective_for
 from .schedule import autocast, lr_at
+from .tracking import Tracker
 
 STATE_FILE = "trainer_state.pt"
 
@@ -73,7 +74,10 @@ def _distributed():
     return world, rank, device
 
 
-def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset: str, model_name: str) -> dict:
+def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset: str, model_name: str,
+              tracking: dict | None = None) -> dict:
+    """Train one conversion run into ``out_dir``; ``tracking`` (backend, project, directory) also sends
+    each step's log row to an experiment tracker."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     world, rank, device = _distributed()
@@ -134,6 +138,9 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     t_run = time.time()
     tokens_total = 0
     bar = tqdm(range(start, tr["steps"]), desc=f"{run['name']} seed {seed}", mininterval=5, disable=rank != 0)
+    tracking = tracking or {"backend": "none"}
+    tracker = Tracker(tracking["backend"], tracking.get("directory"), tracking.get("project"),
+                      f"{model_name}/{run['name']}/seed{seed}", run) if rank == 0 else None
     for step in bar:
         t0 = time.time()
         lr = lr_at(step, tr["steps"], tr["lr"], tr["warmup_steps"])
@@ -172,11 +179,14 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
                 bar.set_postfix(loss=f"{row['loss']:.3f}")
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
+            tracker.log(row, step)
             if save_now:
                 save_checkpoint(model, tok, opt, gen_states, out_dir, step + 1, conv, settings, {
                     "method": run["method"], "run": run["name"], "model": model_name, "preset": preset, "seed": seed,
                     "run_settings": {k: v for k, v in run.items() if k not in ("name",)},
                     "frozen_parameters": len(frozen), "versions": library_versions()})
+    if tracker is not None:
+        tracker.close()
     if world > 1:
         torch.distributed.barrier()
     # the log holds one row per step, across a killed attempt and its resumption
