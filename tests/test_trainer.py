@@ -190,8 +190,8 @@ print(json.dumps(train_run(run, root + "/teacher", root + "/corpus.jsonl", out, 
 """
 
 
-def test_two_process_ddp_trains_and_resumes(setup, tmp_path):
-    """torchrun with two CPU processes (gloo): the same script, DDP, per-rank masks, resumable."""
+def test_two_process_fsdp_trains_and_resumes(setup, tmp_path):
+    """torchrun with two CPU processes (gloo): the same script, FSDP2, per-rank masks, resumable."""
     import shutil
 
     script = tmp_path / "ddp.py"
@@ -209,6 +209,26 @@ def test_two_process_ddp_trains_and_resumes(setup, tmp_path):
     assert '"resumed_from": 3' in again.stdout
     resumed = weights(tmp_path / "ddp" / "step_6")
     assert all(torch.equal(full[k], resumed[k]) for k in full)
+    assert set(full) == set(weights(setup / "teacher"))  # the consolidated weights, named as the model's
+
+
+def test_two_process_fsdp_rolls_out_on_policy_and_keeps_frozen_parameters(setup, tmp_path):
+    """On-policy distillation under FSDP2: each rank decodes its own prompts (a different number of
+    forward passes) with the parameters gathered; frozen groups stay bitwise unchanged."""
+    script = tmp_path / "fsdp.py"
+    script.write_text(DDP_SCRIPT)
+    run = run_cfg("opd", steps=3, checkpoint_every=3)
+    run["freeze"] = ["embeddings", "mlp"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+           json.dumps(run), str(setup), str(tmp_path / "opd")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert all(r["distill"] > 0 for r in log(tmp_path / "opd"))
+    before, after = weights(setup / "teacher"), weights(tmp_path / "opd" / "step_3")
+    for name in before:
+        frozen = "embed_tokens" in name or ".mlp." in name
+        assert torch.equal(before[name], after[name]) == frozen, name
 
 
 def test_divergences():

@@ -69,9 +69,11 @@ def resolve_pretrained(hub_id: str | None, model_path: str | None, revision: str
         ) from exc
 
 
-def save_model(model, tokenizer, out_dir: str | Path, conventions: dict) -> None:
+def save_model(model, tokenizer, out_dir: str | Path, conventions: dict, state_dict: dict | None = None) -> None:
+    """An HF folder with the conventions JSON beside the weights (``state_dict``: the weights to
+    write instead of the model's own, e.g. a sharded model's consolidated state)."""
     out_dir = Path(out_dir)
-    model.save_pretrained(str(out_dir))
+    model.save_pretrained(str(out_dir), state_dict=state_dict)
     tokenizer.save_pretrained(str(out_dir))
     write_json(out_dir / CONVENTIONS_FILE, conventions)
 

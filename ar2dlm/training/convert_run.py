@@ -1,6 +1,6 @@
 """Command line of one conversion run, what the convert rule launches: plain ``python -m`` for one
 process (CPU or one GPU), ``torchrun --standalone --nproc_per_node=<GPUs>`` for several; the
-trainer reads the torchrun environment and wraps the model in DDP."""
+trainer reads the torchrun environment and shards the model with FSDP2."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from ..core.attention import position_ids
 from ..core.conventions import Conventions
 from ..core.diffusion import NoisedBatch, diffusion_loss, forward_aligned, noise
 from ..data.corpus import PROMPT_SOURCES, prompt_documents
+from .sharding import gathered
 
 FREEZE_GROUPS = {  # Qwen3 parameter-name patterns of each module group
     "embeddings": ("model.embed_tokens.",),
@@ -140,8 +141,9 @@ def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: 
 
     traj = Trajectory()
     was_training = model.training
-    generate_dlm(model, conv, prompts, length, conv.block_size, threshold=threshold,
-                 use_cache=conv.attention == "block", seed=seed, stop_at_eos=False, trajectory=traj)
+    with gathered(model):  # a sharded student decodes its own prompts without collectives
+        generate_dlm(model, conv, prompts, length, conv.block_size, threshold=threshold,
+                     use_cache=conv.attention == "block", seed=seed, stop_at_eos=False, trajectory=traj)
     model.train(was_training)
     x0, noisy = traj.canvas, traj.canvas.clone()
     by_block: dict[int, list[torch.Tensor]] = {}

@@ -7,7 +7,8 @@ trainer state beside them. A killed run resumes from its last checkpoint and end
 weights as an uninterrupted one (every random draw comes from a generator saved in the
 checkpoint, and batches are a function of the step). A non-finite loss stops the run before the
 optimizer step, so the last good checkpoint is never overwritten. Under ``torchrun`` with several
-processes the model is wrapped in DistributedDataParallel and each rank takes its share of the batch.
+processes the model is sharded with FSDP2 (``sharding``) and each rank takes its share of the batch;
+checkpoints hold the consolidated weights and optimizer state either way.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..provenance import library_versions, read_json, read_jsonl, write_json
 from .data import Batches, StreamBatches, document_rows
 from .objectives import freeze, objective_for
 from .schedule import autocast, lr_at
+from .sharding import full_model_state, full_optimizer_state, grad_norm_value, load_optimizer_state, shard
 from .tracking import Tracker
 
 STATE_FILE = "trainer_state.pt"
@@ -108,11 +110,9 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         if objective.needs_teacher else None
     frozen = freeze(model, run["freeze"])
     model.to(device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=tr["lr"], weight_decay=tr["weight_decay"], betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(seed * 1000 + rank)  # each rank draws its own masks
 
-    start = 0
+    start, state = 0, None
     if rank == 0:
         settings = keep_matching_checkpoints(out_dir, {"run": run, "seed": seed, "teacher": str(teacher_dir),
                                                        "world": world})
@@ -124,11 +124,14 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         ckpt = checkpoint_dir(out_dir, start)
         model.load_state_dict(AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).state_dict())
         state = torch.load(ckpt / STATE_FILE, weights_only=False)
-        opt.load_state_dict(state["optimizer"])
         gen.set_state(state["generators"][rank])
+    if world > 1:  # FSDP2: each rank holds a shard of the parameters, gradients and optimizer state
+        shard(model, tr)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=tr["lr"], weight_decay=tr["weight_decay"], betas=(0.9, 0.95))
+    if state is not None:
+        load_optimizer_state(model, opt, state["optimizer"])
     trained = model
-    if world > 1:
-        trained = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
     log_path = out_dir / "log.jsonl"
     if rank == 0:  # keep the log lines up to the resumed step only
@@ -162,7 +165,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             for name, v in terms.items():
                 sums[name] = sums.get(name, 0.0) + v.item() / tr["grad_accum"]
             tokens += objective.trained_tokens(valid, plens, step)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, tr["grad_clip"])
+        grad_norm = grad_norm_value(torch.nn.utils.clip_grad_norm_(params, tr["grad_clip"]))
         opt.step()
         tokens_total += tokens
         dt = time.time() - t0
@@ -172,6 +175,9 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         if save_now and world > 1:
             gen_states = [None] * world
             torch.distributed.all_gather_object(gen_states, gen.get_state())
+        if save_now:  # collective when sharded: the consolidated states land on rank 0
+            model_state = full_model_state(model) if world > 1 else None
+            opt_state = full_optimizer_state(model, opt)
         if rank == 0:
             row = {"step": step, "loss": sum(sums.values()), **sums, "lr": lr, "grad_norm": float(grad_norm),
                    "tokens": tokens * world, "tokens_per_s": round(tokens * world / dt, 1), "step_s": round(dt, 4)}
@@ -181,10 +187,10 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
                 f.write(json.dumps(row) + "\n")
             tracker.log(row, step)
             if save_now:
-                save_checkpoint(model, tok, opt, gen_states, out_dir, step + 1, conv, settings, {
+                save_checkpoint(model, tok, opt_state, gen_states, out_dir, step + 1, conv, settings, {
                     "method": run["method"], "run": run["name"], "model": model_name, "preset": preset, "seed": seed,
                     "run_settings": {k: v for k, v in run.items() if k not in ("name",)},
-                    "frozen_parameters": len(frozen), "versions": library_versions()})
+                    "frozen_parameters": len(frozen), "versions": library_versions()}, model_state)
     if tracker is not None:
         tracker.close()
     if world > 1:
@@ -196,15 +202,15 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             "train_seconds": None if train_seconds is None else round(train_seconds, 4), "tokens": tokens_total * world}
 
 
-def save_checkpoint(model, tokenizer, opt, gen_states: list, out_dir: Path, step: int, conv: Conventions,
-                    settings: dict, info: dict) -> Path:
+def save_checkpoint(model, tokenizer, opt_state: dict, gen_states: list, out_dir: Path, step: int, conv: Conventions,
+                    settings: dict, info: dict, model_state: dict | None = None) -> Path:
     """Write step_<k>/ (HF weights, tokenizer, ar2dlm.json, trainer_state.pt, the run's settings)
     atomically."""
     final = checkpoint_dir(out_dir, step)
     tmp = final.with_name(f".{final.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    save_model(model, tokenizer, tmp, {**conv.to_dict(), **info, "step": step})
-    torch.save({"optimizer": opt.state_dict(), "generators": gen_states, "step": step}, tmp / STATE_FILE)
+    save_model(model, tokenizer, tmp, {**conv.to_dict(), **info, "step": step}, state_dict=model_state)
+    torch.save({"optimizer": opt_state, "generators": gen_states, "step": step}, tmp / STATE_FILE)
     write_json(tmp / "settings.json", settings)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
