@@ -212,6 +212,46 @@ def test_two_process_fsdp_trains_and_resumes(setup, tmp_path):
     assert set(full) == set(weights(setup / "teacher"))  # the consolidated weights, named as the model's
 
 
+def _torchrun(tmp_path, setup, run, out, nproc=2):
+    script = tmp_path / "train.py"
+    script.write_text(DDP_SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script),
+           json.dumps(run), str(setup), str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.mark.parametrize("name", ["ra", "ed", "opd_off"])
+def test_one_and_two_processes_train_on_the_same_masks(setup, tmp_path, name):
+    """Masks and timesteps are drawn for the whole micro-batch on every process and the loss is
+    normalised over the whole micro-batch: a 2-process FSDP2 run logs the losses of a 1-process run."""
+    run = run_cfg(name, steps=5, checkpoint_every=5)
+    train(setup, run, tmp_path / "one")
+    _torchrun(tmp_path, setup, run, tmp_path / "two")
+    one, two = log(tmp_path / "one"), log(tmp_path / "two")
+    for key in ("loss", *(k for k in ("diffusion", "align", "distill") if k in one[0])):
+        assert [r[key] for r in two] == pytest.approx([r[key] for r in one], rel=1e-4), key
+    assert [r["tokens"] for r in two] == [r["tokens"] for r in one]
+
+
+def test_a_two_process_run_resumes_on_one_process(setup, tmp_path):
+    """Checkpoints hold the consolidated weights and optimizer state and the shared mask stream:
+    a 2-process run cut after its step-3 checkpoint continues on 1 process with the same losses."""
+    import shutil
+
+    run = run_cfg("mdlm", steps=6, checkpoint_every=3)
+    _torchrun(tmp_path, setup, run, tmp_path / "two")
+    shutil.copytree(tmp_path / "two", tmp_path / "cut")
+    shutil.rmtree(tmp_path / "cut" / "step_6")
+    info = train(setup, copy.deepcopy(run), tmp_path / "cut")
+    assert info["resumed_from"] == 3
+    two, cut = log(tmp_path / "two"), log(tmp_path / "cut")
+    assert [r["step"] for r in cut] == list(range(6))
+    assert [r["loss"] for r in cut[3:]] == pytest.approx([r["loss"] for r in two[3:]], rel=1e-4)
+
+
 def test_two_process_fsdp_rolls_out_on_policy_and_keeps_frozen_parameters(setup, tmp_path):
     """On-policy distillation under FSDP2: each rank decodes its own prompts (a different number of
     forward passes) with the parameters gathered; frozen groups stay bitwise unchanged."""

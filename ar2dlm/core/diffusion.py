@@ -13,7 +13,7 @@ an ELBO for any beta.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -31,6 +31,10 @@ class NoisedBatch:
     valid: torch.Tensor  # (B, T) non-padding
     prompt_lens: torch.Tensor  # (B,)
     prob: torch.Tensor  # (B, T) masking probability of each eligible token
+
+    def select(self, rows: torch.Tensor) -> "NoisedBatch":
+        """The given rows (a process's share of a batch whose masks were drawn for every row)."""
+        return NoisedBatch(*(getattr(self, f.name)[rows] for f in fields(self)))
 
 
 def _rand(shape, generator: torch.Generator | None, device) -> torch.Tensor:
@@ -133,8 +137,10 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
 
 
-def diffusion_loss(logits: torch.Tensor, batch: NoisedBatch, weighted: bool = True) -> torch.Tensor:
-    """Masked cross-entropy, weighted by 1/p (or unweighted), over the number of eligible tokens."""
+def diffusion_loss(logits: torch.Tensor, batch: NoisedBatch, weighted: bool = True,
+                   eligible: torch.Tensor | None = None) -> torch.Tensor:
+    """Masked cross-entropy, weighted by 1/p (or unweighted), over the number of eligible tokens
+    (``eligible``: of the whole batch, when ``batch`` is one process's share of it)."""
     w = batch.weight if weighted else batch.masked.float()
     nll = token_nll(logits, batch.clean)
-    return (nll * w).sum() / batch.eligible.sum().clamp(min=1)
+    return (nll * w).sum() / (batch.eligible.sum() if eligible is None else eligible).clamp(min=1)

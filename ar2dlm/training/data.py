@@ -1,7 +1,12 @@
 """Conversion data: one document per row (prompt = block 0, never masked; completion = response),
-batched deterministically so a resumed run sees exactly the batches of an uninterrupted one."""
+batched deterministically so a resumed run sees exactly the batches of an uninterrupted one.
+
+A micro-batch is the same on every process: each process draws the random masks of all its rows
+and trains on its share (``MicroBatch.rows``), so masks do not depend on the number of processes."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
@@ -23,6 +28,27 @@ def document_rows(docs: list[dict], tokenizer, seq_len: int) -> list[tuple[list[
     return rows
 
 
+class MicroBatch(NamedTuple):
+    ids: torch.Tensor  # (B, T) every process's rows, right-padded
+    valid: torch.Tensor
+    prompt_lens: torch.Tensor
+    rows: torch.Tensor  # the rows this process trains on
+    world: int  # processes sharing the micro-batch
+
+    def to(self, device) -> "MicroBatch":
+        return MicroBatch(self.ids.to(device), self.valid.to(device), self.prompt_lens.to(device),
+                          self.rows.to(device), self.world)
+
+    def local(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids, valid, prompt_lens) of this process's rows."""
+        return self.ids[self.rows], self.valid[self.rows], self.prompt_lens[self.rows]
+
+
+def micro_batch(rows: list[tuple[list[int], int]], pad_id: int, rank: int, world: int) -> MicroBatch:
+    """Rows rank, rank + world, ... of the micro-batch are this process's."""
+    return MicroBatch(*collate(rows, pad_id), torch.arange(rank, len(rows), world), world)
+
+
 class Batches:
     """Batch ``step`` is a pure function of (seed, step): epochs are seeded permutations."""
 
@@ -38,11 +64,11 @@ class Batches:
             self._perm, self._perm_epoch = torch.randperm(len(self.rows), generator=g), epoch
         return self._perm
 
-    def __call__(self, step: int, rank: int = 0, world: int = 1):
+    def __call__(self, step: int, rank: int = 0, world: int = 1) -> MicroBatch:
         n = len(self.rows)
-        idx = [step * self.batch_size + j for j in range(self.batch_size)][rank::world]
+        idx = [step * self.batch_size + j for j in range(self.batch_size)]
         picked = [self.rows[int(self._permutation(i // n)[i % n])] for i in idx]
-        return collate(picked, self.pad_id)
+        return micro_batch(picked, self.pad_id, rank, world)
 
 
 class StreamBatches:
@@ -69,11 +95,11 @@ class StreamBatches:
         out, self.pending = self.pending[:n], self.pending[n:]
         return out
 
-    def __call__(self, step: int, rank: int = 0, world: int = 1):
+    def __call__(self, step: int, rank: int = 0, world: int = 1) -> MicroBatch:
         while self.next_step < step:  # skip what earlier steps consumed (resume)
             self._rows(self.batch_size)
             self.next_step += 1
         if step != self.next_step:
             raise ValueError(f"stream batches are read in order: asked for step {step} after {self.next_step - 1}")
         self.next_step += 1
-        return collate(self._rows(self.batch_size)[rank::world], self.pad_id)
+        return micro_batch(self._rows(self.batch_size), self.pad_id, rank, world)

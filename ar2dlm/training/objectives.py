@@ -9,6 +9,7 @@ and the tokens a step trains on. It never branches on a method or objective name
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,7 @@ from ..core.attention import position_ids
 from ..core.conventions import Conventions
 from ..core.diffusion import NoisedBatch, diffusion_loss, forward_aligned, noise
 from ..data.corpus import PROMPT_SOURCES, prompt_documents
+from .data import MicroBatch
 from .sharding import gathered
 
 FREEZE_GROUPS = {  # Qwen3 parameter-name patterns of each module group
@@ -59,14 +61,21 @@ def alignment_positions(batch: NoisedBatch, shift: bool) -> torch.Tensor:
     return pos
 
 
-def alignment_loss(student_hidden, teacher_hidden, where: torch.Tensor, layers: list[int], metric: str) -> torch.Tensor:
-    """Mean over layers and selected positions of 1 - cos (or the mean squared difference)."""
+def alignment_loss(student_hidden, teacher_hidden, where: torch.Tensor, layers: list[int], metric: str,
+                   total: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over layers and selected positions of 1 - cos (or the mean squared difference);
+    ``total``: the number of selected positions of the whole batch when ``where`` selects one
+    process's share (the sum over processes is then the whole batch's mean)."""
     if not where.any():
         return student_hidden[0].sum() * 0.0
     terms = []
     for l in layers:
         s, t = student_hidden[l][where].float(), teacher_hidden[l][where].float()
-        terms.append((1 - F.cosine_similarity(s, t, dim=-1)).mean() if metric == "cos" else (s - t).pow(2).mean())
+        if total is None:
+            terms.append((1 - F.cosine_similarity(s, t, dim=-1)).mean() if metric == "cos" else (s - t).pow(2).mean())
+        else:
+            per = 1 - F.cosine_similarity(s, t, dim=-1) if metric == "cos" else (s - t).pow(2).mean(-1)
+            terms.append(per.sum() / total.clamp(min=1))
     return torch.stack(terms).mean()
 
 
@@ -110,15 +119,17 @@ def wants_alignment(run: dict) -> bool:
     return run["align"] is not None and run["align"]["lambda"] > 0
 
 
-def align_term(run: dict, conv: Conventions, student_out, batch: NoisedBatch, teacher_out) -> torch.Tensor:
+def align_term(run: dict, conv: Conventions, student_out, batch: NoisedBatch, teacher_out,
+               total: torch.Tensor | None = None) -> torch.Tensor:
     """lambda * alignment between the student's hidden states (the noisy copy's, under block
-    attention) and the causal teacher's on the clean tokens."""
+    attention) and the causal teacher's on the clean tokens (``total``: see ``alignment_loss``)."""
     hs = student_out.hidden_states
     if conv.attention == "block":
         hs = [h[:, batch.clean.shape[1]:] for h in hs]
     layers = layer_indices(run["align"]["layers"], len(hs) - 1)
     where = alignment_positions(batch, conv.shift)
-    return run["align"]["lambda"] * alignment_loss(hs, teacher_out.hidden_states, where, layers, run["align"]["metric"])
+    return run["align"]["lambda"] * alignment_loss(hs, teacher_out.hidden_states, where, layers, run["align"]["metric"],
+                                                   total)
 
 
 def rollout_length(distill: dict, step: int, block_size: int) -> int:
@@ -161,8 +172,27 @@ def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: 
     return NoisedBatch(x0, noisy, masked, zeros, elig, traj.valid, traj.prompt_lens, zeros)
 
 
+class Randomness(NamedTuple):
+    """The generators a step draws from: ``masks`` is the same on every process (masks and
+    timesteps of the whole micro-batch are drawn everywhere, so they do not depend on the number of
+    processes); ``rollouts`` is this process's (on-policy state picks)."""
+    masks: torch.Generator
+    rollouts: torch.Generator
+
+
+def _whole_batch_count(local: torch.Tensor, world: int) -> torch.Tensor | None:
+    """A count summed over the processes (None with one process: the local count is the whole)."""
+    if world == 1:
+        return None
+    total = local.sum().detach().clone()
+    torch.distributed.all_reduce(total)
+    return total
+
+
 class Objective:
-    """A run's training objective, as the trainer uses it."""
+    """A run's training objective, as the trainer uses it. Loss terms are normalised by counts of
+    the whole micro-batch and scaled by the number of processes, so the gradient the processes
+    average is the whole micro-batch's, whatever their number."""
 
     needs_teacher = False
 
@@ -173,13 +203,13 @@ class Objective:
         """The corpus documents the run trains on."""
         return docs
 
-    def terms(self, model, teacher, ids, valid, plens, step: int, generator) -> dict:
-        """Named loss terms of one micro-batch (the loss is their sum)."""
+    def terms(self, model, teacher, mb: MicroBatch, step: int, rng: Randomness) -> dict:
+        """Named loss terms of this process's share of a micro-batch (the loss is their sum)."""
         raise NotImplementedError
 
-    def trained_tokens(self, valid, plens, step: int) -> int:
-        """Tokens one micro-batch trains on."""
-        return int(valid.sum())
+    def trained_tokens(self, mb: MicroBatch, step: int) -> int:
+        """Tokens the whole micro-batch trains on."""
+        return int(mb.valid.sum())
 
 
 class Diffusion(Objective):
@@ -189,23 +219,29 @@ class Diffusion(Objective):
         super().__init__(run, conv, seed)
         self.needs_teacher = wants_alignment(run)
 
-    def terms(self, model, teacher, ids, valid, plens, step, generator) -> dict:
+    def terms(self, model, teacher, mb, step, rng) -> dict:
         run, conv = self.run, self.conv
         beta = run["positional_beta"] if run["masking"] == "positional" else 0.0
-        batch = noise(ids, valid, plens, conv, beta=beta, generator=generator)
+        whole = noise(mb.ids, mb.valid, mb.prompt_lens, conv, beta=beta, generator=rng.masks)
+        batch = whole.select(mb.rows) if mb.world > 1 else whole
         logits, out = forward_aligned(model, batch, conv, output_hidden_states=self.needs_teacher)
-        terms = {"diffusion": diffusion_loss(logits, batch, weighted=run["loss_weight"] == "inverse_t")}
+        eligible = whole.eligible.sum() if mb.world > 1 else None
+        terms = {"diffusion": diffusion_loss(logits, batch, weighted=run["loss_weight"] == "inverse_t",
+                                             eligible=eligible) * mb.world}
         if self.needs_teacher:
-            terms["align"] = align_term(run, conv, out, batch, teacher_forward(teacher, ids, valid, hidden=True))
+            ids, valid, _ = mb.local()
+            total = alignment_positions(whole, conv.shift).sum() if mb.world > 1 else None
+            terms["align"] = align_term(run, conv, out, batch, teacher_forward(teacher, ids, valid, hidden=True),
+                                        total) * mb.world
         return terms
 
 
 class Distillation(Objective):
     """OPDLM: KL(teacher || student) on masked positions, with the teacher run causally on x0.
 
-    On-policy, x0 and the noisy states come from the student's own decoding of the batch's prompts;
-    off-policy, x0 is the clean batch cut to the rollout length and the states are random masks.
-    REPR-ALIGN's term is added when the run has one with lambda > 0.
+    On-policy, x0 and the noisy states come from the student's own decoding of this process's
+    prompts; off-policy, x0 is the clean batch cut to the rollout length and the states are random
+    masks. REPR-ALIGN's term is added when the run has one with lambda > 0.
     """
 
     needs_teacher = True
@@ -215,34 +251,45 @@ class Distillation(Objective):
         prompts = self.run["distill"]["prompts"]
         return prompt_documents(docs, prompts) if prompts in PROMPT_SOURCES else docs
 
-    def terms(self, model, teacher, ids, valid, plens, step, generator) -> dict:
+    def terms(self, model, teacher, mb, step, rng) -> dict:
         run, conv, d = self.run, self.conv, self.run["distill"]
         length = rollout_length(d, step, conv.block_size)
-        if d["on_policy"]:
-            prompts = [ids[i, :int(plens[i])].tolist() for i in range(len(ids))]
-            batch = on_policy_state(model, conv, prompts, length, d["threshold"], generator,
-                                    seed=self.seed * 1_000_003 + step)
-        else:
-            keep = (position_ids(valid) < plens.view(-1, 1) + length) & valid.bool()
-            width = int(keep.sum(1).max())
-            batch = noise(ids[:, :width], (valid.bool() & keep)[:, :width].long(), plens, conv, generator=generator)
         align = wants_alignment(run)
+        if d["on_policy"]:
+            ids, _, plens = mb.local()
+            prompts = [ids[i, :int(plens[i])].tolist() for i in range(len(ids))]
+            batch = on_policy_state(model, conv, prompts, length, d["threshold"], rng.rollouts,
+                                    seed=self.seed * 1_000_003 + step)
+            masked = _whole_batch_count(batch.masked, mb.world)
+            positions = _whole_batch_count(alignment_positions(batch, conv.shift), mb.world) if align else None
+        else:
+            keep = (position_ids(mb.valid) < mb.prompt_lens.view(-1, 1) + length) & mb.valid.bool()
+            width = int(keep.sum(1).max())
+            whole = noise(mb.ids[:, :width], (mb.valid.bool() & keep)[:, :width].long(), mb.prompt_lens, conv,
+                          generator=rng.masks)
+            batch = whole.select(mb.rows) if mb.world > 1 else whole
+            masked = whole.masked.sum() if mb.world > 1 else None
+            positions = alignment_positions(whole, conv.shift).sum() if align and mb.world > 1 else None
         logits, out = forward_aligned(model, batch, conv, output_hidden_states=align)
         t_out = teacher_forward(teacher, batch.clean, batch.valid, hidden=align)
         targets = teacher_targets(t_out.logits)
         where = batch.masked
-        terms = {"distill": divergence(targets[where], logits[where], d["divergence"], d["top_k"]).mean()
-                 if where.any() else logits.sum() * 0.0}
+        kl = divergence(targets[where], logits[where], d["divergence"], d["top_k"])
+        if not where.any():
+            distill = logits.sum() * 0.0
+        else:
+            distill = kl.mean() if masked is None else kl.sum() / masked.clamp(min=1)
+        terms = {"distill": distill * mb.world}
         if align:
-            terms["align"] = align_term(run, conv, out, batch, t_out)
+            terms["align"] = align_term(run, conv, out, batch, t_out, positions) * mb.world
         return terms
 
-    def trained_tokens(self, valid, plens, step) -> int:
+    def trained_tokens(self, mb, step) -> int:
         """The prompts plus the rollout length (on-policy), or the batch cut to it (off-policy)."""
         length = rollout_length(self.run["distill"], step, self.conv.block_size)
         if self.run["distill"]["on_policy"]:
-            return int(plens.sum()) + len(plens) * length
-        return int(((position_ids(valid) < plens.view(-1, 1) + length) & valid.bool()).sum())
+            return int(mb.prompt_lens.sum()) + len(mb.prompt_lens) * length
+        return int(((position_ids(mb.valid) < mb.prompt_lens.view(-1, 1) + length) & mb.valid.bool()).sum())
 
 
 def objective_for(run: dict, conv: Conventions, seed: int) -> Objective:

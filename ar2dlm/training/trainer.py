@@ -27,7 +27,7 @@ from ..core.models import load_conventions, save_model
 from ..pipeline.layout import checkpoint_dir, checkpoint_dirs
 from ..provenance import library_versions, read_json, read_jsonl, write_json
 from .data import Batches, StreamBatches, document_rows
-from .objectives import freeze, objective_for
+from .objectives import Randomness, freeze, objective_for
 from .schedule import autocast, lr_at
 from .sharding import full_model_state, full_optimizer_state, grad_norm_value, load_optimizer_state, shard
 from .tracking import Tracker
@@ -58,6 +58,35 @@ def keep_matching_checkpoints(out_dir: Path, settings: dict) -> dict:
                 os.replace(p, archive / p.name)
     write_json(out_dir / "settings.json", settings)
     return settings
+
+
+def restore_generators(rng: Randomness, saved, rank: int, world: int) -> None:
+    """Continue the saved streams: the shared mask stream on any number of processes; each rank's
+    rollout stream when the number is the same (else it starts afresh from the checkpoint's step).
+    A list is a checkpoint of per-rank streams written before the mask stream was shared."""
+    if isinstance(saved, list):
+        saved = {"masks": saved[0], "rollouts": saved}
+    rng.masks.set_state(saved["masks"])
+    if len(saved["rollouts"]) == world:
+        rng.rollouts.set_state(saved["rollouts"][rank])
+
+
+def all_finite(loss: torch.Tensor, world: int) -> bool:
+    """Whether the loss is finite on every process (each stops together, none waits on the others)."""
+    bad = torch.tensor(0.0 if torch.isfinite(loss) else 1.0, device=loss.device)
+    if world > 1:
+        torch.distributed.all_reduce(bad)
+    return bad.item() == 0
+
+
+def whole_batch_values(terms: dict, world: int) -> dict:
+    """The micro-batch's loss terms as floats: each process's term is its share times the number of
+    processes, so their mean over processes is the whole micro-batch's."""
+    values = torch.stack([v.detach().float() for v in terms.values()])
+    if world > 1:
+        torch.distributed.all_reduce(values)
+        values = values / world
+    return {name: float(v) for name, v in zip(terms, values.cpu())}
 
 
 def run_conventions(run: dict, tokenizer) -> Conventions:
@@ -110,12 +139,13 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         if objective.needs_teacher else None
     frozen = freeze(model, run["freeze"])
     model.to(device)
-    gen = torch.Generator().manual_seed(seed * 1000 + rank)  # each rank draws its own masks
+    # masks and timesteps: one stream, the same on every process, drawn for the whole micro-batch;
+    # on-policy state picks: each process's own
+    rng = Randomness(torch.Generator().manual_seed(seed * 1000), torch.Generator().manual_seed(seed * 1000 + rank))
 
     start, state = 0, None
     if rank == 0:
-        settings = keep_matching_checkpoints(out_dir, {"run": run, "seed": seed, "teacher": str(teacher_dir),
-                                                       "world": world})
+        settings = keep_matching_checkpoints(out_dir, {"run": run, "seed": seed, "teacher": str(teacher_dir)})
     if world > 1:
         torch.distributed.barrier()
     done = checkpoint_steps(out_dir)
@@ -124,7 +154,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         ckpt = checkpoint_dir(out_dir, start)
         model.load_state_dict(AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).state_dict())
         state = torch.load(ckpt / STATE_FILE, weights_only=False)
-        gen.set_state(state["generators"][rank])
+        restore_generators(rng, state["generators"], rank, world)
     if world > 1:  # FSDP2: each rank holds a shard of the parameters, gradients and optimizer state
         shard(model, tr)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -153,34 +183,35 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         sums: dict[str, float] = {}
         tokens = 0
         for k in range(tr["grad_accum"]):
-            ids, valid, plens = (t.to(device) for t in batches(step * tr["grad_accum"] + k, rank, world))
+            mb = batches(step * tr["grad_accum"] + k, rank, world).to(device)
             with autocast(dtype):
-                terms = objective.terms(trained, teacher, ids, valid, plens, step, gen)
+                terms = objective.terms(trained, teacher, mb, step, rng)
             loss = sum(terms.values()) / tr["grad_accum"]
-            if not torch.isfinite(loss):
+            if not all_finite(loss, world):
                 last = checkpoint_steps(out_dir)
                 raise FloatingPointError(f"non-finite loss ({loss.item()}) at step {step} of run {run['name']}; the last "
                                          f"good checkpoint (step {last[-1] if last else 'none'}) is kept")
             loss.backward()
-            for name, v in terms.items():
-                sums[name] = sums.get(name, 0.0) + v.item() / tr["grad_accum"]
-            tokens += objective.trained_tokens(valid, plens, step)
+            for name, v in whole_batch_values(terms, world).items():
+                sums[name] = sums.get(name, 0.0) + v / tr["grad_accum"]
+            tokens += objective.trained_tokens(mb, step)
         grad_norm = grad_norm_value(torch.nn.utils.clip_grad_norm_(params, tr["grad_clip"]))
         opt.step()
         tokens_total += tokens
         dt = time.time() - t0
-        # every rank's generator state goes into the checkpoint, so a resume continues each stream
+        # the generator states go into the checkpoint (every rank's rollout stream), so a resume continues them
         save_now = (step + 1) % tr["checkpoint_every"] == 0 or step + 1 == tr["steps"]
-        gen_states = [gen.get_state()]
+        rollouts = [rng.rollouts.get_state()]
         if save_now and world > 1:
-            gen_states = [None] * world
-            torch.distributed.all_gather_object(gen_states, gen.get_state())
+            rollouts = [None] * world
+            torch.distributed.all_gather_object(rollouts, rng.rollouts.get_state())
+        gen_states = {"masks": rng.masks.get_state(), "rollouts": rollouts}
         if save_now:  # collective when sharded: the consolidated states land on rank 0
             model_state = full_model_state(model) if world > 1 else None
             opt_state = full_optimizer_state(model, opt)
         if rank == 0:
             row = {"step": step, "loss": sum(sums.values()), **sums, "lr": lr, "grad_norm": float(grad_norm),
-                   "tokens": tokens * world, "tokens_per_s": round(tokens * world / dt, 1), "step_s": round(dt, 4)}
+                   "tokens": tokens, "tokens_per_s": round(tokens / dt, 1), "step_s": round(dt, 4)}
             if step % tr["log_every"] == 0 or step + 1 == tr["steps"]:
                 bar.set_postfix(loss=f"{row['loss']:.3f}")
             with open(log_path, "a") as f:
@@ -199,10 +230,10 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     train_seconds = sum(r["step_s"] for r in read_jsonl(log_path)) if rank == 0 else None
     return {"run": run["name"], "model": model_name, "seed": seed, "steps": tr["steps"], "resumed_from": start,
             "checkpoints": checkpoint_steps(out_dir), "wall_seconds": round(time.time() - t_run, 1),
-            "train_seconds": None if train_seconds is None else round(train_seconds, 4), "tokens": tokens_total * world}
+            "train_seconds": None if train_seconds is None else round(train_seconds, 4), "tokens": tokens_total}
 
 
-def save_checkpoint(model, tokenizer, opt_state: dict, gen_states: list, out_dir: Path, step: int, conv: Conventions,
+def save_checkpoint(model, tokenizer, opt_state: dict, gen_states: dict, out_dir: Path, step: int, conv: Conventions,
                     settings: dict, info: dict, model_state: dict | None = None) -> Path:
     """Write step_<k>/ (HF weights, tokenizer, ar2dlm.json, trainer_state.pt, the run's settings)
     atomically."""
