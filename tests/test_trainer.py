@@ -85,6 +85,39 @@ def test_tensorboard_receives_every_logged_row(setup, tmp_path):
         assert logged == [(r["step"], pytest.approx(r[key], rel=1e-6)) for r in rows], key
 
 
+def test_trainer_state_kept_for_the_last_checkpoints_and_bf16_weights_resume_exactly(setup, tmp_path):
+    """keep_states 1: older checkpoints keep their weights, only the last its trainer state; weights
+    exported in bf16 while the fp32 trainer state resumes a cut run to the uninterrupted weights."""
+    import shutil
+
+    from ar2dlm.core.models import load_model
+
+    run = run_cfg("mdlm", steps=6, checkpoint_every=2, keep_states=1, export_dtype="bf16")
+    info = train(setup, run, tmp_path / "straight")
+    assert info["checkpoints"] == [2, 4, 6]
+    assert [(tmp_path / "straight" / f"step_{k}" / "state").is_dir() for k in (2, 4, 6)] == [False, False, True]
+    assert all(v.dtype == torch.bfloat16 for v in weights(tmp_path / "straight" / "step_6").values())
+    assert load_model(tmp_path / "straight" / "step_6").info["dtype"] == "bf16"
+    cut = tmp_path / "cut"
+    train(setup, copy.deepcopy(run), cut)
+    shutil.rmtree(cut / "step_6")  # the last checkpoint lost: nothing left to resume from but a fresh start
+    assert train(setup, copy.deepcopy(run), cut)["resumed_from"] == 0
+    kept = run_cfg("mdlm", steps=6, checkpoint_every=2, keep_states=3, export_dtype="bf16")
+    train(setup, kept, tmp_path / "kept")
+    shutil.rmtree(tmp_path / "kept" / "step_6")
+    assert train(setup, copy.deepcopy(kept), tmp_path / "kept")["resumed_from"] == 4
+    a, b = weights(tmp_path / "straight" / "step_6"), weights(tmp_path / "kept" / "step_6")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_activation_checkpointing_recomputes_the_same_gradients(setup, tmp_path):
+    train(setup, run_cfg("ra", steps=3), tmp_path / "plain")
+    train(setup, run_cfg("ra", steps=3, activation_checkpointing=True), tmp_path / "ac")
+    plain, ac = log(tmp_path / "plain"), log(tmp_path / "ac")
+    assert [r["loss"] for r in ac] == pytest.approx([r["loss"] for r in plain], rel=1e-6)
+    assert [r["grad_norm"] for r in ac] == pytest.approx([r["grad_norm"] for r in plain], rel=1e-5)
+
+
 def test_frozen_parameters_stay_bitwise_unchanged(setup, tmp_path):
     run = run_cfg("ra_freeze", steps=4)
     train(setup, run, tmp_path / "f")

@@ -5,12 +5,11 @@ objectives are its own, and FSDP2 shards it with two calls and no launcher or co
 own; it runs on CPU with the gloo backend, so the sharded path is tested on the machines the tests
 run on. Each decoder layer is one FSDP unit and the root holds the rest (embeddings, tied LM head,
 final norm); parameters are gathered in ``training.dtype`` (bf16 or fp32), gradients reduced in
-fp32, and the optimizer keeps fp32 state on the fp32 shards. Activation checkpointing per decoder
-layer is ``training.activation_checkpointing``.
+fp32, and the optimizer keeps fp32 state on the fp32 shards.
 
-State dicts go through ``torch.distributed.checkpoint.state_dict``: the full (consolidated) model
-and optimizer state on rank 0, keyed by parameter name, so a checkpoint written by a sharded run is
-a plain Hugging Face folder plus an optimizer state any process count can load.
+Checkpoints: the trainer state (model and optimizer) goes through ``torch.distributed.checkpoint``,
+each rank writing its shards, and loads on any number of processes; the weights a study evaluates
+are also gathered on rank 0 into a plain Hugging Face folder.
 """
 
 from __future__ import annotations
@@ -36,8 +35,6 @@ def shard(model, training: dict) -> None:
     """Shard ``model`` in place across the process group: one FSDP unit per decoder layer, then the root."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    if training.get("activation_checkpointing"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if training["dtype"] == "bf16" else torch.float32,
                                   reduce_dtype=torch.float32)
     for layer in decoder_layers(model):
@@ -68,41 +65,60 @@ def gathered(model):
         model.set_reshard_after_forward(True)
 
 
-def full_model_state(model) -> dict:
-    """The consolidated state dict (on CPU) on rank 0; empty on other ranks. Collective when sharded."""
-    if not is_sharded(model):
-        return model.state_dict()
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+def barrier(world: int) -> None:
+    if world > 1:
+        torch.distributed.barrier()
 
-    state = get_model_state_dict(model, options=_full())
-    for tied in model.get_expanded_tied_weights_keys():  # saved once, as the unsharded model saves them
+
+def exported_weights(model, dtype: str) -> dict | None:
+    """The weights to write as the checkpoint's Hugging Face folder: consolidated on rank 0 (empty
+    elsewhere; collective when sharded), tied weights once, in ``dtype``. None for an unsharded fp32
+    model: it writes its own weights."""
+    if not is_sharded(model) and dtype == "fp32":
+        return None
+    if is_sharded(model):
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        state = get_model_state_dict(model, options=_full())
+    else:
+        state = dict(model.state_dict())
+    for tied in model.get_expanded_tied_weights_keys():  # written once, as the unsharded model writes them
         state.pop(tied, None)
-    return state
+    cast = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    return {k: v.to(cast) if v.is_floating_point() else v for k, v in state.items()}
 
 
-def full_optimizer_state(model, opt) -> dict:
-    """The optimizer state keyed by parameter name, consolidated on rank 0. Collective when sharded."""
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+@contextlib.contextmanager
+def _single_process_quiet():
+    """torch.distributed.checkpoint warns that it assumes one process when none is set up: intended here."""
+    import warnings
 
-    return get_optimizer_state_dict(model, opt, options=_full())
-
-
-def load_optimizer_state(model, opt, state: dict) -> None:
-    """Load a state from ``full_optimizer_state`` (any process count wrote it) into ``opt``; a state
-    keyed by parameter index (``opt.state_dict()``, older single-process checkpoints) as it is."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-    if all(isinstance(k, int) for k in state["state"]):
-        opt.load_state_dict(state)
-        return
-    set_optimizer_state_dict(model, opt, state, options=StateDictOptions(full_state_dict=True))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
-def load_model_state(model, state: dict) -> None:
-    """Load a full state dict (every rank holds it) into a model, sharded or not."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+def save_trainer_state(model, opt, path, world: int) -> None:
+    """Model and optimizer state through torch.distributed.checkpoint, each rank writing its shards
+    (a process count that loads it need not be the one that wrote it)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+    model_state, optim_state = get_state_dict(model, opt)
+    with _single_process_quiet():
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path), no_dist=world == 1)
+
+
+def load_trainer_state(model, opt, path, world: int) -> None:
+    """Load ``save_trainer_state``'s folder into the model and optimizer, resharded to this run."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optim_state = get_state_dict(model, opt)
+    state = {"model": model_state, "optim": optim_state}
+    with _single_process_quiet():
+        dcp.load(state, checkpoint_id=str(path), no_dist=world == 1)
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 
 def grad_norm_value(norm) -> float:

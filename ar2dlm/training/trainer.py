@@ -2,13 +2,16 @@
 
 AdamW, linear warm-up + cosine decay, gradient clipping and accumulation, fp32 on CPU / bf16
 autocast on GPU (or as configured), seeded, tqdm progress, every loss term logged per step to
-JSONL with tokens/s, checkpoints every K steps as HF folders with the DLM conventions JSON and the
-trainer state beside them. A killed run resumes from its last checkpoint and ends with the same
-weights as an uninterrupted one (every random draw comes from a generator saved in the
-checkpoint, and batches are a function of the step). A non-finite loss stops the run before the
-optimizer step, so the last good checkpoint is never overwritten. Under ``torchrun`` with several
-processes the model is sharded with FSDP2 (``sharding``) and each rank takes its share of the batch;
-checkpoints hold the consolidated weights and optimizer state either way.
+JSONL with tokens/s, checkpoints every K steps as HF folders with the DLM conventions JSON (the
+consolidated weights, in ``training.export_dtype``) and the trainer state beside them (``state/``:
+model and optimizer through ``torch.distributed.checkpoint``, sharded as the run was; the
+generators). A killed run resumes from its last checkpoint, on any number of processes, and ends
+with the same weights as an uninterrupted one (every random draw comes from a generator saved in
+the checkpoint, and batches are a function of the step). ``training.keep_states`` keeps the trainer
+state of the last N checkpoints only (the weights of every checkpoint stay). A non-finite loss stops
+the run before the optimizer step, so the last good checkpoint is never overwritten. Under
+``torchrun`` with several processes the model is sharded with FSDP2 (``sharding``) and each rank
+takes its share of the batch.
 """
 
 from __future__ import annotations
@@ -29,14 +32,20 @@ from ..provenance import library_versions, read_json, read_jsonl, write_json
 from .data import Batches, StreamBatches, document_rows
 from .objectives import Randomness, freeze, objective_for
 from .schedule import autocast, lr_at
-from .sharding import full_model_state, full_optimizer_state, grad_norm_value, load_optimizer_state, shard
+from .sharding import barrier, exported_weights, grad_norm_value, load_trainer_state, save_trainer_state, shard
 from .tracking import Tracker
 
-STATE_FILE = "trainer_state.pt"
+STATE_FILE = "trainer_state.pt"  # the generators and step; written last, with the state/ folder beside it
+STATE_DIR = "state"
 
 
 def checkpoint_steps(out_dir: Path) -> list[int]:
-    """Steps with a complete checkpoint (weights, conventions and trainer state)."""
+    """Steps with a checkpoint (weights and conventions; checkpoints are written whole or not at all)."""
+    return sorted(checkpoint_dirs(out_dir))
+
+
+def resumable_steps(out_dir: Path) -> list[int]:
+    """Steps whose checkpoint still holds its trainer state."""
     return sorted(k for k, p in checkpoint_dirs(out_dir).items() if (p / STATE_FILE).is_file())
 
 
@@ -60,12 +69,9 @@ def keep_matching_checkpoints(out_dir: Path, settings: dict) -> dict:
     return settings
 
 
-def restore_generators(rng: Randomness, saved, rank: int, world: int) -> None:
+def restore_generators(rng: Randomness, saved: dict, rank: int, world: int) -> None:
     """Continue the saved streams: the shared mask stream on any number of processes; each rank's
-    rollout stream when the number is the same (else it starts afresh from the checkpoint's step).
-    A list is a checkpoint of per-rank streams written before the mask stream was shared."""
-    if isinstance(saved, list):
-        saved = {"masks": saved[0], "rollouts": saved}
+    rollout stream when the number is the same (else it continues from its seed)."""
     rng.masks.set_state(saved["masks"])
     if len(saved["rollouts"]) == world:
         rng.rollouts.set_state(saved["rollouts"][rank])
@@ -138,29 +144,27 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     teacher = AutoModelForCausalLM.from_pretrained(str(teacher_dir)).to(device).eval().requires_grad_(False) \
         if objective.needs_teacher else None
     frozen = freeze(model, run["freeze"])
+    if tr.get("activation_checkpointing"):  # recompute each decoder layer's activations in the backward pass
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
     # masks and timesteps: one stream, the same on every process, drawn for the whole micro-batch;
     # on-policy state picks: each process's own
     rng = Randomness(torch.Generator().manual_seed(seed * 1000), torch.Generator().manual_seed(seed * 1000 + rank))
 
-    start, state = 0, None
+    start = 0
     if rank == 0:
         settings = keep_matching_checkpoints(out_dir, {"run": run, "seed": seed, "teacher": str(teacher_dir)})
-    if world > 1:
-        torch.distributed.barrier()
-    done = checkpoint_steps(out_dir)
-    if done:
-        start = done[-1]
-        ckpt = checkpoint_dir(out_dir, start)
-        model.load_state_dict(AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).state_dict())
-        state = torch.load(ckpt / STATE_FILE, weights_only=False)
-        restore_generators(rng, state["generators"], rank, world)
+    barrier(world)
     if world > 1:  # FSDP2: each rank holds a shard of the parameters, gradients and optimizer state
         shard(model, tr)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=tr["lr"], weight_decay=tr["weight_decay"], betas=(0.9, 0.95))
-    if state is not None:
-        load_optimizer_state(model, opt, state["optimizer"])
+    done = resumable_steps(out_dir)
+    if done:  # weights and optimizer from the trainer state, resharded to this number of processes
+        start = done[-1]
+        ckpt = checkpoint_dir(out_dir, start)
+        load_trainer_state(model, opt, ckpt / STATE_DIR, world)
+        restore_generators(rng, torch.load(ckpt / STATE_FILE, weights_only=False)["generators"], rank, world)
     trained = model
 
     log_path = out_dir / "log.jsonl"
@@ -206,9 +210,6 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             rollouts = [None] * world
             torch.distributed.all_gather_object(rollouts, rng.rollouts.get_state())
         gen_states = {"masks": rng.masks.get_state(), "rollouts": rollouts}
-        if save_now:  # collective when sharded: the consolidated states land on rank 0
-            model_state = full_model_state(model) if world > 1 else None
-            opt_state = full_optimizer_state(model, opt)
         if rank == 0:
             row = {"step": step, "loss": sum(sums.values()), **sums, "lr": lr, "grad_norm": float(grad_norm),
                    "tokens": tokens, "tokens_per_s": round(tokens / dt, 1), "step_s": round(dt, 4)}
@@ -217,15 +218,15 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
             tracker.log(row, step)
-            if save_now:
-                save_checkpoint(model, tok, opt_state, gen_states, out_dir, step + 1, conv, settings, {
-                    "method": run["method"], "run": run["name"], "model": model_name, "preset": preset, "seed": seed,
-                    "run_settings": {k: v for k, v in run.items() if k not in ("name",)},
-                    "frozen_parameters": len(frozen), "versions": library_versions()}, model_state)
+
+        if save_now:  # every rank takes part: the weights are gathered and the state saved in shards
+            save_checkpoint(model, opt, tok, gen_states, out_dir, step + 1, conv, settings if rank == 0 else None, {
+                "method": run["method"], "run": run["name"], "model": model_name, "preset": preset, "seed": seed,
+                "run_settings": {k: v for k, v in run.items() if k not in ("name",)},
+                "frozen_parameters": len(frozen), "versions": library_versions()}, tr, rank, world)
     if tracker is not None:
         tracker.close()
-    if world > 1:
-        torch.distributed.barrier()
+    barrier(world)
     # the log holds one row per step, across a killed attempt and its resumption
     train_seconds = sum(r["step_s"] for r in read_jsonl(log_path)) if rank == 0 else None
     return {"run": run["name"], "model": model_name, "seed": seed, "steps": tr["steps"], "resumed_from": start,
@@ -233,16 +234,29 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             "train_seconds": None if train_seconds is None else round(train_seconds, 4), "tokens": tokens_total}
 
 
-def save_checkpoint(model, tokenizer, opt_state: dict, gen_states: dict, out_dir: Path, step: int, conv: Conventions,
-                    settings: dict, info: dict, model_state: dict | None = None) -> Path:
-    """Write step_<k>/ (HF weights, tokenizer, ar2dlm.json, trainer_state.pt, the run's settings)
-    atomically."""
+def save_checkpoint(model, opt, tokenizer, gen_states: dict, out_dir: Path, step: int, conv: Conventions,
+                    settings: dict | None, info: dict, training: dict, rank: int, world: int) -> Path:
+    """Write step_<k>/ (HF weights in ``training.export_dtype``, tokenizer, ar2dlm.json, the run's
+    settings; the trainer state in state/ and trainer_state.pt) atomically, then drop the trainer
+    state of checkpoints older than the last ``training.keep_states``. Called on every rank."""
     final = checkpoint_dir(out_dir, step)
     tmp = final.with_name(f".{final.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_model(model, tokenizer, tmp, {**conv.to_dict(), **info, "step": step}, state_dict=model_state)
-    torch.save({"optimizer": opt_state, "generators": gen_states, "step": step}, tmp / STATE_FILE)
-    write_json(tmp / "settings.json", settings)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    weights = exported_weights(model, training.get("export_dtype", "fp32"))  # collective when sharded
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_model(model, tokenizer, tmp, {**conv.to_dict(), **info, "step": step,
+                                           "dtype": training.get("export_dtype", "fp32")}, state_dict=weights)
+        write_json(tmp / "settings.json", settings)
+    barrier(world)
+    save_trainer_state(model, opt, tmp / STATE_DIR, world)
+    barrier(world)
+    if rank == 0:
+        torch.save({"generators": gen_states, "step": step}, tmp / STATE_FILE)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        keep = training.get("keep_states")
+        for old in resumable_steps(out_dir)[:-keep] if keep else []:
+            shutil.rmtree(checkpoint_dir(out_dir, old) / STATE_DIR)
+            (checkpoint_dir(out_dir, old) / STATE_FILE).unlink()
+    barrier(world)
     return final
