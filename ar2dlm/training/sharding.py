@@ -19,13 +19,6 @@ import contextlib
 import torch
 
 
-def _full():
-    """Consolidated state on rank 0, on the CPU."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    return StateDictOptions(full_state_dict=True, cpu_offload=True)
-
-
 def decoder_layers(model) -> list:
     """The decoder layers of a Hugging Face causal LM (Qwen3, Llama, ...)."""
     return list(model.model.layers)
@@ -77,9 +70,9 @@ def exported_weights(model, dtype: str) -> dict | None:
     if not is_sharded(model) and dtype == "fp32":
         return None
     if is_sharded(model):
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        state = get_model_state_dict(model, options=_full())
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     else:
         state = dict(model.state_dict())
     for tied in model.get_expanded_tied_weights_keys():  # written once, as the unsharded model writes them

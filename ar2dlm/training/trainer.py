@@ -165,7 +165,6 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         ckpt = checkpoint_dir(out_dir, start)
         load_trainer_state(model, opt, ckpt / STATE_DIR, world)
         restore_generators(rng, torch.load(ckpt / STATE_FILE, weights_only=False)["generators"], rank, world)
-    trained = model
 
     log_path = out_dir / "log.jsonl"
     if rank == 0:  # keep the log lines up to the resumed step only
@@ -189,7 +188,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         for k in range(tr["grad_accum"]):
             mb = batches(step * tr["grad_accum"] + k, rank, world).to(device)
             with autocast(dtype):
-                terms = objective.terms(trained, teacher, mb, step, rng)
+                terms = objective.terms(model, teacher, mb, step, rng)
             loss = sum(terms.values()) / tr["grad_accum"]
             if not all_finite(loss, world):
                 last = checkpoint_steps(out_dir)
