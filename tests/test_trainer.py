@@ -153,7 +153,8 @@ def test_opd_targets_come_from_the_teacher_on_x0(setup):
     teacher = AutoModelForCausalLM.from_pretrained(str(setup / "teacher")).eval()
     conv = run_conventions(run, tok)
     prompts = [tok("def f(x):\n")["input_ids"], tok("Question: What is 2 + 3?\nAnswer:")["input_ids"]]
-    batch = on_policy_state(student, conv, prompts, 8, 0.9, torch.Generator().manual_seed(0), seed=0)
+    batch = on_policy_state(student, conv, prompts, 8, 0.9, [torch.Generator().manual_seed(i) for i in range(len(prompts))],
+                            seed=0)
     # the noisy state agrees with x0 wherever it is not masked, and each block keeps some masks
     keep = ~batch.masked
     assert torch.equal(batch.noisy[keep], batch.clean[keep]) and batch.masked.any()
@@ -256,7 +257,7 @@ def _torchrun(tmp_path, setup, run, out, nproc=2):
     return proc
 
 
-@pytest.mark.parametrize("name", ["ra", "ed", "opd_off"])
+@pytest.mark.parametrize("name", ["ra", "ed", "opd_off", "opd"])
 def test_one_and_two_processes_train_on_the_same_masks(setup, tmp_path, name):
     """Masks and timesteps are drawn for the whole micro-batch on every process and the loss is
     normalised over the whole micro-batch: a 2-process FSDP2 run logs the losses of a 1-process run."""

@@ -34,19 +34,24 @@ class MicroBatch(NamedTuple):
     prompt_lens: torch.Tensor
     rows: torch.Tensor  # the rows this process trains on
     world: int  # processes sharing the micro-batch
+    index: int  # the micro-batch's number in the run: row r is sample index * len(ids) + r
 
     def to(self, device) -> "MicroBatch":
         return MicroBatch(self.ids.to(device), self.valid.to(device), self.prompt_lens.to(device),
-                          self.rows.to(device), self.world)
+                          self.rows.to(device), self.world, self.index)
+
+    def sample_ids(self) -> list[int]:
+        """Run-wide indices of this process's rows."""
+        return [self.index * len(self.ids) + int(r) for r in self.rows]
 
     def local(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(ids, valid, prompt_lens) of this process's rows."""
         return self.ids[self.rows], self.valid[self.rows], self.prompt_lens[self.rows]
 
 
-def micro_batch(rows: list[tuple[list[int], int]], pad_id: int, rank: int, world: int) -> MicroBatch:
-    """Rows rank, rank + world, ... of the micro-batch are this process's."""
-    return MicroBatch(*collate(rows, pad_id), torch.arange(rank, len(rows), world), world)
+def micro_batch(rows: list[tuple[list[int], int]], pad_id: int, rank: int, world: int, index: int) -> MicroBatch:
+    """Rows rank, rank + world, ... of micro-batch number ``index`` are this process's."""
+    return MicroBatch(*collate(rows, pad_id), torch.arange(rank, len(rows), world), world, index)
 
 
 class Batches:
@@ -68,7 +73,7 @@ class Batches:
         n = len(self.rows)
         idx = [step * self.batch_size + j for j in range(self.batch_size)]
         picked = [self.rows[int(self._permutation(i // n)[i % n])] for i in idx]
-        return micro_batch(picked, self.pad_id, rank, world)
+        return micro_batch(picked, self.pad_id, rank, world, step)
 
 
 class StreamBatches:
@@ -102,4 +107,4 @@ class StreamBatches:
         if step != self.next_step:
             raise ValueError(f"stream batches are read in order: asked for step {step} after {self.next_step - 1}")
         self.next_step += 1
-        return micro_batch(self._rows(self.batch_size), self.pad_id, rank, world)
+        return micro_batch(self._rows(self.batch_size), self.pad_id, rank, world, step)

@@ -9,7 +9,6 @@ and the tokens a step trains on. It never branches on a method or objective name
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -144,10 +143,11 @@ def rollout_length(distill: dict, step: int, block_size: int) -> int:
 
 
 def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: int, threshold: float,
-                    generator: torch.Generator, seed: int) -> NoisedBatch:
+                    generators: list[torch.Generator], seed: int) -> NoisedBatch:
     """Decode with the student's own sampler, then take one partially decoded state per block from
-    the trajectory (uniformly among the steps where that row still had masks). The clean tokens
-    are the trajectory's own final output x0."""
+    the trajectory (uniformly among the steps where that row still had masks, drawn from the row's
+    own generator: ``block_size`` draws per block, one per possible step, so a row's pick does not
+    depend on the other rows). The clean tokens are the trajectory's own final output x0."""
     from ..core.sampling import Trajectory, generate_dlm
 
     traj = Trajectory()
@@ -163,21 +163,13 @@ def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: 
     for start, states in by_block.items():
         stack = torch.stack(states, 1)  # (B, steps, block)
         has_mask = (stack == conv.mask_token_id).any(-1)  # (B, steps)
-        draw = torch.rand(has_mask.shape, generator=generator, device=generator.device).to(stack.device)
-        pick = (draw * has_mask).argmax(1)
+        draw = torch.stack([torch.rand(conv.block_size, generator=g) for g in generators])[:, :stack.shape[1]]
+        pick = (draw.to(stack.device) * has_mask).argmax(1)
         noisy[:, start:start + conv.block_size] = stack[torch.arange(len(pick), device=stack.device), pick]
     masked = noisy == conv.mask_token_id
     zeros = torch.zeros(x0.shape, dtype=torch.float32, device=x0.device)
     elig = traj.valid.bool() & (position_ids(traj.valid) >= traj.prompt_lens.view(-1, 1))
     return NoisedBatch(x0, noisy, masked, zeros, elig, traj.valid, traj.prompt_lens, zeros)
-
-
-class Randomness(NamedTuple):
-    """The generators a step draws from: ``masks`` is the same on every process (masks and
-    timesteps of the whole micro-batch are drawn everywhere, so they do not depend on the number of
-    processes); ``rollouts`` is this process's (on-policy state picks)."""
-    masks: torch.Generator
-    rollouts: torch.Generator
 
 
 def _whole_batch_count(local: torch.Tensor, world: int) -> torch.Tensor | None:
@@ -203,8 +195,9 @@ class Objective:
         """The corpus documents the run trains on."""
         return docs
 
-    def terms(self, model, teacher, mb: MicroBatch, step: int, rng: Randomness) -> dict:
-        """Named loss terms of this process's share of a micro-batch (the loss is their sum)."""
+    def terms(self, model, teacher, mb: MicroBatch, step: int, generator: torch.Generator) -> dict:
+        """Named loss terms of this process's share of a micro-batch (the loss is their sum). Masks
+        come from ``generator``, the same stream on every process, drawn for the whole micro-batch."""
         raise NotImplementedError
 
     def trained_tokens(self, mb: MicroBatch, step: int) -> int:
@@ -219,10 +212,10 @@ class Diffusion(Objective):
         super().__init__(run, conv, seed)
         self.needs_teacher = wants_alignment(run)
 
-    def terms(self, model, teacher, mb, step, rng) -> dict:
+    def terms(self, model, teacher, mb, step, generator) -> dict:
         run, conv = self.run, self.conv
         beta = run["positional_beta"] if run["masking"] == "positional" else 0.0
-        whole = noise(mb.ids, mb.valid, mb.prompt_lens, conv, beta=beta, generator=rng.masks)
+        whole = noise(mb.ids, mb.valid, mb.prompt_lens, conv, beta=beta, generator=generator)
         batch = whole.select(mb.rows) if mb.world > 1 else whole
         logits, out = forward_aligned(model, batch, conv, output_hidden_states=self.needs_teacher)
         eligible = whole.eligible.sum() if mb.world > 1 else None
@@ -251,14 +244,15 @@ class Distillation(Objective):
         prompts = self.run["distill"]["prompts"]
         return prompt_documents(docs, prompts) if prompts in PROMPT_SOURCES else docs
 
-    def terms(self, model, teacher, mb, step, rng) -> dict:
+    def terms(self, model, teacher, mb, step, generator) -> dict:
         run, conv, d = self.run, self.conv, self.run["distill"]
         length = rollout_length(d, step, conv.block_size)
         align = wants_alignment(run)
         if d["on_policy"]:
             ids, _, plens = mb.local()
             prompts = [ids[i, :int(plens[i])].tolist() for i in range(len(ids))]
-            batch = on_policy_state(model, conv, prompts, length, d["threshold"], rng.rollouts,
+            picks = [torch.Generator().manual_seed((self.seed * 1_000_003 + i) * 2 + 1) for i in mb.sample_ids()]
+            batch = on_policy_state(model, conv, prompts, length, d["threshold"], picks,
                                     seed=self.seed * 1_000_003 + step)
             masked = _whole_batch_count(batch.masked, mb.world)
             positions = _whole_batch_count(alignment_positions(batch, conv.shift), mb.world) if align else None
@@ -266,7 +260,7 @@ class Distillation(Objective):
             keep = (position_ids(mb.valid) < mb.prompt_lens.view(-1, 1) + length) & mb.valid.bool()
             width = int(keep.sum(1).max())
             whole = noise(mb.ids[:, :width], (mb.valid.bool() & keep)[:, :width].long(), mb.prompt_lens, conv,
-                          generator=rng.masks)
+                          generator=generator)
             batch = whole.select(mb.rows) if mb.world > 1 else whole
             masked = whole.masked.sum() if mb.world > 1 else None
             positions = alignment_positions(whole, conv.shift).sum() if align and mb.world > 1 else None

@@ -30,7 +30,7 @@ from ..core.models import load_conventions, save_model
 from ..pipeline.layout import checkpoint_dir, checkpoint_dirs
 from ..provenance import library_versions, read_json, read_jsonl, write_json
 from .data import Batches, StreamBatches, document_rows
-from .objectives import Randomness, freeze, objective_for
+from .objectives import freeze, objective_for
 from .schedule import autocast, lr_at
 from .sharding import barrier, exported_weights, grad_norm_value, load_trainer_state, save_trainer_state, shard
 from .tracking import Tracker
@@ -67,14 +67,6 @@ def keep_matching_checkpoints(out_dir: Path, settings: dict) -> dict:
                 os.replace(p, archive / p.name)
     write_json(out_dir / "settings.json", settings)
     return settings
-
-
-def restore_generators(rng: Randomness, saved: dict, rank: int, world: int) -> None:
-    """Continue the saved streams: the shared mask stream on any number of processes; each rank's
-    rollout stream when the number is the same (else it continues from its seed)."""
-    rng.masks.set_state(saved["masks"])
-    if len(saved["rollouts"]) == world:
-        rng.rollouts.set_state(saved["rollouts"][rank])
 
 
 def all_finite(loss: torch.Tensor, world: int) -> bool:
@@ -147,9 +139,8 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     if tr.get("activation_checkpointing"):  # recompute each decoder layer's activations in the backward pass
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
-    # masks and timesteps: one stream, the same on every process, drawn for the whole micro-batch;
-    # on-policy state picks: each process's own
-    rng = Randomness(torch.Generator().manual_seed(seed * 1000), torch.Generator().manual_seed(seed * 1000 + rank))
+    # masks and timesteps: one stream, the same on every process, drawn for the whole micro-batch
+    gen = torch.Generator().manual_seed(seed * 1000)
 
     start = 0
     if rank == 0:
@@ -164,7 +155,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         start = done[-1]
         ckpt = checkpoint_dir(out_dir, start)
         load_trainer_state(model, opt, ckpt / STATE_DIR, world)
-        restore_generators(rng, torch.load(ckpt / STATE_FILE, weights_only=False)["generators"], rank, world)
+        gen.set_state(torch.load(ckpt / STATE_FILE, weights_only=False)["generator"])
 
     log_path = out_dir / "log.jsonl"
     if rank == 0:  # keep the log lines up to the resumed step only
@@ -188,7 +179,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         for k in range(tr["grad_accum"]):
             mb = batches(step * tr["grad_accum"] + k, rank, world).to(device)
             with autocast(dtype):
-                terms = objective.terms(model, teacher, mb, step, rng)
+                terms = objective.terms(model, teacher, mb, step, gen)
             loss = sum(terms.values()) / tr["grad_accum"]
             if not all_finite(loss, world):
                 last = checkpoint_steps(out_dir)
@@ -202,13 +193,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         opt.step()
         tokens_total += tokens
         dt = time.time() - t0
-        # the generator states go into the checkpoint (every rank's rollout stream), so a resume continues them
         save_now = (step + 1) % tr["checkpoint_every"] == 0 or step + 1 == tr["steps"]
-        rollouts = [rng.rollouts.get_state()]
-        if save_now and world > 1:
-            rollouts = [None] * world
-            torch.distributed.all_gather_object(rollouts, rng.rollouts.get_state())
-        gen_states = {"masks": rng.masks.get_state(), "rollouts": rollouts}
         if rank == 0:
             row = {"step": step, "loss": sum(sums.values()), **sums, "lr": lr, "grad_norm": float(grad_norm),
                    "tokens": tokens, "tokens_per_s": round(tokens / dt, 1), "step_s": round(dt, 4)}
@@ -219,7 +204,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             tracker.log(row, step)
 
         if save_now:  # every rank takes part: the weights are gathered and the state saved in shards
-            save_checkpoint(model, opt, tok, gen_states, out_dir, step + 1, conv, settings if rank == 0 else None, {
+            save_checkpoint(model, opt, tok, gen.get_state(), out_dir, step + 1, conv, settings if rank == 0 else None, {
                 "method": run["method"], "run": run["name"], "model": model_name, "preset": preset, "seed": seed,
                 "run_settings": {k: v for k, v in run.items() if k not in ("name",)},
                 "frozen_parameters": len(frozen), "versions": library_versions()}, tr, rank, world)
@@ -233,7 +218,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             "train_seconds": None if train_seconds is None else round(train_seconds, 4), "tokens": tokens_total}
 
 
-def save_checkpoint(model, opt, tokenizer, gen_states: dict, out_dir: Path, step: int, conv: Conventions,
+def save_checkpoint(model, opt, tokenizer, generator_state: torch.Tensor, out_dir: Path, step: int, conv: Conventions,
                     settings: dict | None, info: dict, training: dict, rank: int, world: int) -> Path:
     """Write step_<k>/ (HF weights in ``training.export_dtype``, tokenizer, ar2dlm.json, the run's
     settings; the trainer state in state/ and trainer_state.pt) atomically, then drop the trainer
@@ -250,7 +235,7 @@ def save_checkpoint(model, opt, tokenizer, gen_states: dict, out_dir: Path, step
     save_trainer_state(model, opt, tmp / STATE_DIR, world)
     barrier(world)
     if rank == 0:
-        torch.save({"generators": gen_states, "step": step}, tmp / STATE_FILE)
+        torch.save({"generator": generator_state, "step": step}, tmp / STATE_FILE)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         keep = training.get("keep_states")
