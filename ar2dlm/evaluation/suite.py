@@ -32,10 +32,15 @@ def local_task(name: str, data_file: str | Path) -> dict:
     return cfg
 
 
-def _load(model_dir, spec):
+def _dtype(spec):
+    """The torch dtype of the evaluated weights (torch loads with the model, not at DAG build)."""
     import torch
 
-    return load_model(model_dir, dtype=getattr(torch, DTYPES[spec.get("dtype", "fp32")]))
+    return getattr(torch, DTYPES[spec.get("dtype", "fp32")])
+
+
+def _load(model_dir, spec):
+    return load_model(model_dir, dtype=_dtype(spec))
 
 
 def _code(model_dir, spec, inputs, seed, name):
@@ -76,13 +81,11 @@ def _math(model_dir, spec, inputs, seed, name):
 
 def _harness(model_dir, spec, inputs, seed, name):
     """lm-eval through the ``ar2dlm`` model class, which loads the model itself."""
-    import torch
-
     from .harness import HarnessLM, evaluate_harness
 
     lm = HarnessLM(str(model_dir), batch_size=spec["batch_size"], elbo_samples=spec["elbo_samples"],
                    threshold=spec["threshold"], block_size=spec.get("block_size"), seed=seed,
-                   dtype=getattr(torch, DTYPES[spec.get("dtype", "fp32")]))
+                   dtype=_dtype(spec))
     with tempfile.TemporaryDirectory() as tmp:
         task = spec["task"]
         if spec["local"]:

@@ -135,15 +135,12 @@ def _paired_seeds(config: dict, spec: dict, runs: list[str]) -> list[int]:
     return sorted(set.intersection(*(set(study_seeds(config, spec, r)) for r in runs)))
 
 
-def _study_claims(config: dict) -> list[tuple[Claim, dict]]:
-    return [(c, config["studies"][c.study]) for c in CLAIMS if c.study in config["studies"]]
-
-
 def claim_inputs(config: dict) -> list[str]:
     """The evaluation and AR-MAP files the claims read: every run of each claim's study on the
     study's first benchmark at its final step, the teacher, and the AR-MAP gamma curves."""
     paths = [layout.gamma_curve(*d, pd_, CLAIM_MERGE) for d in armap_dlms(config) for pd_ in config["armap"]["domains"]]
-    for c, spec in _study_claims(config):
+    for study in sorted({c.study for c in CLAIMS} & set(config["studies"])):
+        spec = config["studies"][study]
         bench, model = spec["evals"][0], study_models(config, spec)[0]
         paths.append(layout.eval_path(bench, model, "teacher"))
         for r in spec["runs"]:

@@ -44,6 +44,15 @@ class MicroBatch(NamedTuple):
         """Run-wide indices of this process's rows."""
         return [self.index * len(self.ids) + int(r) for r in self.rows]
 
+    def share(self, whole):
+        """This process's rows of something computed for the whole micro-batch (a NoisedBatch)."""
+        return whole.select(self.rows) if self.world > 1 else whole
+
+    def whole_count(self, selected: torch.Tensor) -> torch.Tensor | None:
+        """How many positions ``selected`` (of the whole micro-batch) marks: the normaliser of a
+        process's share; None with one process, whose share is the whole."""
+        return selected.sum() if self.world > 1 else None
+
     def local(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(ids, valid, prompt_lens) of this process's rows."""
         return self.ids[self.rows], self.valid[self.rows], self.prompt_lens[self.rows]

@@ -216,16 +216,14 @@ class Diffusion(Objective):
         run, conv = self.run, self.conv
         beta = run["positional_beta"] if run["masking"] == "positional" else 0.0
         whole = noise(mb.ids, mb.valid, mb.prompt_lens, conv, beta=beta, generator=generator)
-        batch = whole.select(mb.rows) if mb.world > 1 else whole
+        batch = mb.share(whole)
         logits, out = forward_aligned(model, batch, conv, output_hidden_states=self.needs_teacher)
-        eligible = whole.eligible.sum() if mb.world > 1 else None
         terms = {"diffusion": diffusion_loss(logits, batch, weighted=run["loss_weight"] == "inverse_t",
-                                             eligible=eligible) * mb.world}
+                                             eligible=mb.whole_count(whole.eligible)) * mb.world}
         if self.needs_teacher:
             ids, valid, _ = mb.local()
-            total = alignment_positions(whole, conv.shift).sum() if mb.world > 1 else None
             terms["align"] = align_term(run, conv, out, batch, teacher_forward(teacher, ids, valid, hidden=True),
-                                        total) * mb.world
+                                        mb.whole_count(alignment_positions(whole, conv.shift))) * mb.world
         return terms
 
 
@@ -261,9 +259,9 @@ class Distillation(Objective):
             width = int(keep.sum(1).max())
             whole = noise(mb.ids[:, :width], (mb.valid.bool() & keep)[:, :width].long(), mb.prompt_lens, conv,
                           generator=generator)
-            batch = whole.select(mb.rows) if mb.world > 1 else whole
-            masked = whole.masked.sum() if mb.world > 1 else None
-            positions = alignment_positions(whole, conv.shift).sum() if align and mb.world > 1 else None
+            batch = mb.share(whole)
+            masked = mb.whole_count(whole.masked)
+            positions = mb.whole_count(alignment_positions(whole, conv.shift)) if align else None
         logits, out = forward_aligned(model, batch, conv, output_hidden_states=align)
         t_out = teacher_forward(teacher, batch.clean, batch.valid, hidden=align)
         targets = teacher_targets(t_out.logits)
