@@ -39,7 +39,7 @@ def trained(request):
     losses = []
     for _ in range(60):
         batch = noise(ids, valid, plens, c, generator=gen)
-        logits, _ = forward_aligned(model, batch, c)
+        logits, _ = forward_aligned(model, batch, c, where=batch.masked)
         loss = diffusion_loss(logits, batch)
         opt.zero_grad()
         loss.backward()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import torch
+import torch.utils.checkpoint
 
 from .attention import attention_mask, block_ids, position_ids, two_copy_inputs, uses_flex
 from .conventions import Conventions
@@ -98,38 +99,62 @@ def noise(clean: torch.Tensor, valid: torch.Tensor, prompt_lens: torch.Tensor, c
     return NoisedBatch(clean, noisy, masked, weight, elig, valid, prompt_lens, prob)
 
 
-def forward_aligned(model, batch: NoisedBatch, conv: Conventions, output_hidden_states: bool = False):
-    """Run the model in its attention mode on the noisy batch; return (logits, outputs) where
-    ``logits[:, i]`` is the prediction for token i under the shift convention.
+def source_positions(batch: NoisedBatch, conv: Conventions) -> torch.Tensor:
+    """(B, T): the position in the model's input whose output predicts token i. The noisy copy's
+    under block attention (the 2L layout: clean copy then noisy copy); with shift, the position
+    before i, which at the first token of a block is the clean copy's last token of the previous
+    block (what the cached sampler sees at inference)."""
+    B, T = batch.clean.shape
+    idx = torch.arange(T, device=batch.clean.device).expand(B, T)
+    prev = (idx - 1).clamp(min=0)
+    if conv.attention != "block":
+        return prev if conv.shift else idx
+    if not conv.shift:
+        return T + idx
+    blocks = block_ids(batch.valid, batch.prompt_lens, conv.block_size)
+    same = torch.zeros_like(batch.valid, dtype=torch.bool)
+    same[:, 1:] = blocks[:, 1:] == blocks[:, :-1]
+    return torch.where(same, T + prev, prev)
 
-    Block attention uses the 2L layout (clean copy + noisy copy). With shift, the first token of a
-    block is predicted from the clean copy's last token of the previous block, which is what the
-    cached sampler sees at inference.
+
+def logits_at(model, where: torch.Tensor, source: torch.Tensor, length: int, **inputs):
+    """Run ``model`` on ``inputs`` (sequence length ``length``) projecting to the vocabulary only
+    the input positions ``source[where]`` (transformers' boolean ``logits_to_keep``): returns
+    (logits (N, V) in the row-major order of ``where``'s positions, outputs). At a 151,936-token
+    vocabulary the logits of every position are the largest tensor of a step; a loss reads a few."""
+    rows, cols = where.nonzero(as_tuple=True)
+    src = source[rows, cols]
+    keep = torch.zeros(where.shape[0], length, dtype=torch.bool, device=where.device)
+    keep[rows, src] = True
+    out = model(**inputs, logits_to_keep=keep)
+    order = keep.flatten().cumsum(0) - 1  # row of each kept position in the model's (N, V) output
+    return out.logits[order[rows * length + src]], out
+
+
+def forward_aligned(model, batch: NoisedBatch, conv: Conventions, output_hidden_states: bool = False,
+                    where: torch.Tensor | None = None):
+    """Run the model in its attention mode on the noisy batch; return (logits, outputs) where
+    ``logits[:, i]`` (B, T, V) is the prediction for token i under the shift convention, or, with
+    ``where`` (B, T bool), the predictions of those tokens only: (N, V) in row-major order.
+
+    Block attention uses the 2L layout (clean copy + noisy copy, :func:`source_positions`).
     """
+    if conv.attention not in ("block", "bidirectional"):
+        raise ValueError(f"a diffusion forward needs bidirectional or block attention, not {conv.attention!r}")
     dtype = next(model.parameters()).dtype
-    T = batch.clean.shape[1]
+    B, T = batch.clean.shape
     if conv.attention == "block":
         ids, pos, mask = two_copy_inputs(batch.clean, batch.noisy, batch.valid, batch.prompt_lens, conv.block_size, dtype,
                                          flex=uses_flex(model))
-        out = model(input_ids=ids, position_ids=pos, attention_mask=mask, output_hidden_states=output_hidden_states)
-        clean_logits, logits = out.logits[:, :T], out.logits[:, T:]
-        if conv.shift:
-            blocks = block_ids(batch.valid, batch.prompt_lens, conv.block_size)
-            same = torch.zeros_like(batch.valid, dtype=torch.bool)
-            same[:, 1:] = blocks[:, 1:] == blocks[:, :-1]
-            prev_noisy = torch.cat([logits[:, :1], logits[:, :-1]], 1)
-            prev_clean = torch.cat([clean_logits[:, :1], clean_logits[:, :-1]], 1)
-            logits = torch.where(same[..., None], prev_noisy, prev_clean)
-        return logits, out
-    if conv.attention != "bidirectional":
-        raise ValueError(f"a diffusion forward needs bidirectional or block attention, not {conv.attention!r}")
-    mask = attention_mask("bidirectional", batch.valid, dtype, flex=uses_flex(model))
-    out = model(input_ids=batch.noisy, position_ids=position_ids(batch.valid), attention_mask=mask,
-                output_hidden_states=output_hidden_states)
-    logits = out.logits
-    if conv.shift:
-        logits = torch.cat([logits[:, :1], logits[:, :-1]], 1)
-    return logits, out
+    else:
+        ids, pos = batch.noisy, position_ids(batch.valid)
+        mask = attention_mask("bidirectional", batch.valid, dtype, flex=uses_flex(model))
+    inputs = dict(input_ids=ids, position_ids=pos, attention_mask=mask, output_hidden_states=output_hidden_states)
+    source = source_positions(batch, conv)
+    if where is not None:
+        return logits_at(model, where, source, ids.shape[1], **inputs)
+    out = model(**inputs)
+    return out.logits[torch.arange(B, device=ids.device)[:, None], source], out
 
 
 def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -137,10 +162,35 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
 
 
+def chunked_rows(fn, *rows: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    """``fn`` over row chunks of ``rows`` (tensors with the same first dimension), concatenated.
+    Under autograd each chunk is recomputed in the backward pass, so a step keeps only the inputs
+    (e.g. bf16 logits) rather than fp32 copies and log-softmaxes of the whole vocabulary."""
+    n = rows[0].shape[0]
+    if n <= chunk:
+        return fn(*rows)
+    grad = torch.is_grad_enabled() and any(r.requires_grad for r in rows)
+    parts = []
+    for i in range(0, n, chunk):
+        part = [r[i:i + chunk] for r in rows]
+        parts.append(torch.utils.checkpoint.checkpoint(fn, *part, use_reentrant=False) if grad else fn(*part))
+    return torch.cat(parts)
+
+
+def _nll_rows(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(logits.float(), targets, reduction="none")
+
+
+def selected_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy (N,) in fp32 of selected positions' logits (N, V), computed in chunks."""
+    return chunked_rows(_nll_rows, logits, targets)
+
+
 def diffusion_loss(logits: torch.Tensor, batch: NoisedBatch, weighted: bool = True,
                    eligible: torch.Tensor | None = None) -> torch.Tensor:
     """Masked cross-entropy, weighted by 1/p (or unweighted), over the number of eligible tokens
-    (``eligible``: of the whole batch, when ``batch`` is one process's share of it)."""
-    w = batch.weight if weighted else batch.masked.float()
-    nll = token_nll(logits, batch.clean)
+    (``eligible``: of the whole batch, when ``batch`` is one process's share of it). ``logits``:
+    those of the masked tokens, (N, V) (``forward_aligned(..., where=batch.masked)``)."""
+    w = batch.weight[batch.masked] if weighted else 1.0
+    nll = selected_nll(logits, batch.clean[batch.masked])
     return (nll * w).sum() / (batch.eligible.sum() if eligible is None else eligible).clamp(min=1)

@@ -9,13 +9,14 @@ and the tokens a step trains on. It never branches on a method or objective name
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 from ..core.attention import position_ids
 from ..core.conventions import Conventions
-from ..core.diffusion import NoisedBatch, diffusion_loss, forward_aligned, noise
+from ..core.diffusion import NoisedBatch, chunked_rows, diffusion_loss, forward_aligned, logits_at, noise
 from ..data.corpus import PROMPT_SOURCES, prompt_documents
 from .data import MicroBatch
 from .sharding import gathered
@@ -109,9 +110,14 @@ def teacher_forward(teacher, ids: torch.Tensor, valid: torch.Tensor, hidden: boo
     return teacher(input_ids=ids, attention_mask=valid, position_ids=position_ids(valid), output_hidden_states=hidden)
 
 
-def teacher_targets(teacher_logits: torch.Tensor) -> torch.Tensor:
-    """Teacher distribution for token i given x0_<i: the causal logits at i - 1, aligned to i."""
-    return torch.cat([teacher_logits[:, :1], teacher_logits[:, :-1]], 1)
+@torch.no_grad()
+def teacher_targets(teacher, batch: NoisedBatch, where: torch.Tensor, hidden: bool = False):
+    """The teacher's distribution for each token i of ``where`` given x0_<i: its causal logits at
+    i - 1, projected at those positions only. Returns (logits (N, V) in ``where``'s row-major
+    order, outputs)."""
+    idx = torch.arange(batch.clean.shape[1], device=where.device).expand_as(where)
+    return logits_at(teacher, where, (idx - 1).clamp(min=0), batch.clean.shape[1], input_ids=batch.clean,
+                     attention_mask=batch.valid, position_ids=position_ids(batch.valid), output_hidden_states=hidden)
 
 
 def wants_alignment(run: dict) -> bool:
@@ -187,6 +193,7 @@ class Objective:
     average is the whole micro-batch's, whatever their number."""
 
     needs_teacher = False
+    teacher_head = False  # whether the teacher's logits are used (else its decoder only is loaded)
 
     def __init__(self, run: dict, conv: Conventions, seed: int):
         self.run, self.conv, self.seed = run, conv, seed
@@ -217,7 +224,7 @@ class Diffusion(Objective):
         beta = run["positional_beta"] if run["masking"] == "positional" else 0.0
         whole = noise(mb.ids, mb.valid, mb.prompt_lens, conv, beta=beta, generator=generator)
         batch = mb.share(whole)
-        logits, out = forward_aligned(model, batch, conv, output_hidden_states=self.needs_teacher)
+        logits, out = forward_aligned(model, batch, conv, output_hidden_states=self.needs_teacher, where=batch.masked)
         terms = {"diffusion": diffusion_loss(logits, batch, weighted=run["loss_weight"] == "inverse_t",
                                              eligible=mb.whole_count(whole.eligible)) * mb.world}
         if self.needs_teacher:
@@ -236,6 +243,7 @@ class Distillation(Objective):
     """
 
     needs_teacher = True
+    teacher_head = True
 
     def documents(self, docs: list[dict]) -> list[dict]:
         """Prompts of the synthetic corpus's sources (``all``, ``code``, ``math``), or a prompt set's file as is."""
@@ -262,11 +270,10 @@ class Distillation(Objective):
             batch = mb.share(whole)
             masked = mb.whole_count(whole.masked)
             positions = mb.whole_count(alignment_positions(whole, conv.shift)) if align else None
-        logits, out = forward_aligned(model, batch, conv, output_hidden_states=align)
-        t_out = teacher_forward(teacher, batch.clean, batch.valid, hidden=align)
-        targets = teacher_targets(t_out.logits)
         where = batch.masked
-        kl = divergence(targets[where], logits[where], d["divergence"], d["top_k"])
+        logits, out = forward_aligned(model, batch, conv, output_hidden_states=align, where=where)
+        targets, t_out = teacher_targets(teacher, batch, where, hidden=align)
+        kl = chunked_rows(partial(divergence, kind=d["divergence"], top_k=d["top_k"]), targets, logits)
         if not where.any():
             distill = logits.sum() * 0.0
         else:

@@ -93,6 +93,18 @@ def run_conventions(run: dict, tokenizer) -> Conventions:
                        block_size=run["block_size"])
 
 
+def load_teacher(teacher_dir, objective, dtype: str, device):
+    """The frozen teacher an objective needs, or None: the decoder alone when only its hidden states
+    are read (no vocabulary projection held), in bf16 when the run computes in bf16."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    if not objective.needs_teacher:
+        return None
+    cls = AutoModelForCausalLM if objective.teacher_head else AutoModel
+    teacher = cls.from_pretrained(str(teacher_dir), dtype=torch.bfloat16 if dtype == "bf16" else torch.float32)
+    return teacher.to(device).eval().requires_grad_(False)
+
+
 def _distributed():
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not torch.distributed.is_initialized():
@@ -133,8 +145,9 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     else:
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(teacher_dir)), dtype=torch.float32)
-    teacher = AutoModelForCausalLM.from_pretrained(str(teacher_dir)).to(device).eval().requires_grad_(False) \
-        if objective.needs_teacher else None
+    if device.type == "cuda":  # block and 2L masks as flex attention BlockMasks (the dense route is for CPU)
+        model.set_attn_implementation("flex_attention")
+    teacher = load_teacher(teacher_dir, objective, tr["dtype"], device)
     frozen = freeze(model, run["freeze"])
     if tr.get("activation_checkpointing"):  # recompute each decoder layer's activations in the backward pass
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
