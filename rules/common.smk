@@ -23,6 +23,7 @@ from ar2dlm.pipeline.checks import check_config
 from ar2dlm.pipeline.config import ConfigError, benchmark_settings, describe_schema_error, merge_preset
 from ar2dlm.pipeline.jobs import armap_domains, armap_jobs, conversion_corpus, conversion_jobs, conversion_settings, eval_jobs
 from ar2dlm.evaluation.suite import BENCHMARK_KINDS
+from ar2dlm.plan.memory import plan_jobs, unfit
 from ar2dlm.reporting.armap import armap_report_inputs
 from ar2dlm.reporting.claims import claim_inputs
 from ar2dlm.reporting.tables import study_inputs
@@ -41,6 +42,12 @@ try:
     check_config(config)
 except ConfigError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
+PLANS = {}  # conversion launches planned for config["cluster"] (python -m ar2dlm.plan prints them)
+if config.get("cluster"):
+    PLANS = {p.job: p for p in plan_jobs(config)}
+    if unfit(list(PLANS.values())):
+        raise WorkflowError("conversion jobs that fit no launch on the config's cluster (python -m ar2dlm.plan "
+                            "prints every estimate):\n  " + "\n  ".join(unfit(list(PLANS.values()))))
 export_tracking({**config["tracking"], "directory": layout.tracking_dir(config["tracking"]["backend"])})
 
 MODELS = list(config["models"])
@@ -128,8 +135,46 @@ def table_outputs():
 
 
 def launcher(resources):
-    """torchrun with one process per GPU when the job has several, else this Python."""
+    """What starts a conversion's processes: this Python for one process; torchrun on one node for
+    several GPUs; for a job given ``mpi`` (a planned job, or a profile's choice), srun starts one
+    torchrun per node of the job and the torchruns meet through c10d rendezvous on the job's first
+    node (``tasks`` processes in all, or one per GPU)."""
     gpus = int(resources.get("gpu", 0) or 0)
+    if resources.get("mpi"):
+        nodes = int(resources.get("nodes", 1) or 1)
+        per_node = int(resources.get("tasks") or gpus) // nodes
+        torchrun = (f"exec {sys.executable} -m torch.distributed.run --nnodes={nodes} --nproc_per_node={per_node} "
+                    "--rdzv_backend=c10d --rdzv_id=$SLURM_JOB_ID --rdzv_endpoint="
+                    '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):$((29500 + SLURM_JOB_ID % 1000)) "$@"')
+        return f"srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c '{torchrun}' torchrun"
     if gpus > 1:
         return f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node={gpus}"
     return sys.executable
+
+
+def conversion_plan(wildcards):
+    """The planned launch of a conversion (``cluster`` in the config), else None."""
+    return PLANS.get(f"{wildcards.model}/{wildcards.run}")
+
+
+def conversion_launch(wildcards) -> str:
+    """The trainer's launch choices as JSON: the plan's activation checkpointing and teacher
+    placement, and, for a run planned in segments, when each job stops (with a checkpoint) for its
+    retry to resume; {} without a plan (the run's own settings)."""
+    plan = conversion_plan(wildcards)
+    if plan is None:
+        return "{}"
+    launch = {"activation_checkpointing": plan.launch.activation_checkpointing, "shard_teacher": plan.launch.shard_teacher}
+    if plan.segments > 1:
+        launch["stop_after_hours"] = round(0.9 * config["cluster"]["runtime_hours"], 2)
+    return json.dumps(launch)
+
+
+def conversion_resources():
+    """Per-job SLURM resources of planned conversions (nodes, GPUs, one srun task per GPU); none
+    without a plan (the profile's)."""
+    if not PLANS:
+        return {}
+    gpus = lambda wc: conversion_plan(wc).launch.gpus  # noqa: E731
+    return {"nodes": lambda wc: conversion_plan(wc).launch.nodes, "gpu": gpus, "tasks": gpus, "tasks_per_gpu": 0,
+            "mpi": "srun", "runtime": f"{config['cluster']['runtime_hours']}h"}

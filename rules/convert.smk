@@ -15,6 +15,9 @@ rule convert:
         preset=config["preset"],
         # one process per GPU of the job (the SLURM profile grants them); a plain process without GPUs
         launcher=lambda wc, resources: launcher(resources),
+        launch=conversion_launch,
+    resources:
+        **conversion_resources(),
     # one thread per job: on CPUs the tiny model trains 1.37x faster as parallel one-thread jobs than
     # one two-thread job at a time (2 cores); GPU jobs get their CPUs from the SLURM profile
     threads: 1
@@ -27,4 +30,4 @@ rule convert:
     shell:
         "{params.launcher} -m ar2dlm.training.convert_run --run {params.run:q} --teacher {input.teacher:q} "
         "--corpus {input.corpus:q} --out {output:q} --seed {wildcards.seed} --preset {params.preset} "
-        "--model {wildcards.model} --log {log:q} --threads {threads}"
+        "--model {wildcards.model} --log {log:q} --threads {threads} --launch {params.launch:q}"

@@ -49,6 +49,11 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path):
     convert = next(b for b in blocks if "rule convert:" in b and "qwen3_8b/opd/" in b)
     assert "gpu=8" in convert and "cpus_per_gpu=8" in convert and "runtime=4320" in convert and "mem_mb=480000" in convert
     assert "--nproc_per_node=8" in convert
+    # a 2-node job: one torchrun per node through srun, meeting by c10d rendezvous
+    two_nodes = next(b for b in blocks if "rule convert:" in b and "qwen3_4b/ed/" in b)
+    assert "nodes=2" in two_nodes and "gpu=16" in two_nodes and "mpi=srun" in two_nodes
+    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in two_nodes
+    assert "--nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d" in two_nodes
     evaluation = next(b for b in blocks if "rule evaluate_checkpoint:" in b)
     assert "gpu=1" in evaluation
     # table, figure and report rules run where Snakemake runs, never as cluster jobs
@@ -59,7 +64,7 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path):
     profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
     assert {"study_table", "study_figure", "claims", "armap_report", "eval_summary", "run_summary"} <= local
     assert not local & set(profile["set-resources"])
-    for rule in ("convert", "teacher", "evaluate_checkpoint", "dpo_teacher", "gamma_search", "dlm_dpo"):
+    for rule in ("teacher", "evaluate_checkpoint", "dpo_teacher", "gamma_search", "dlm_dpo"):
         assert profile["set-resources"][rule]["gpu"] >= 1 and profile["set-resources"][rule]["cpus_per_gpu"] >= 1
 
 

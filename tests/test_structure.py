@@ -68,7 +68,7 @@ def test_the_package_is_subpackages_only():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert top == ["__init__.py", "provenance.py"]
     subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
-    assert subpackages == {"core", "data", "training", "evaluation", "armap", "pipeline", "reporting"}
+    assert subpackages == {"core", "data", "training", "evaluation", "armap", "pipeline", "reporting", "plan"}
 
 
 def _schema():

@@ -219,8 +219,9 @@ DDP_SCRIPT = """
 import json, sys
 from ar2dlm.training.trainer import train_run
 run, root, out = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+launch = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
 print(json.dumps(train_run(run, root + "/teacher", root + "/corpus.jsonl", out, seed=0, preset="smoke",
-                           model_name="tiny")))
+                           model_name="tiny", launch=launch)))
 """
 
 
@@ -246,11 +247,11 @@ def test_two_process_fsdp_trains_and_resumes(setup, tmp_path):
     assert set(full) == set(weights(setup / "teacher"))  # the consolidated weights, named as the model's
 
 
-def _torchrun(tmp_path, setup, run, out, nproc=2):
+def _torchrun(tmp_path, setup, run, out, nproc=2, launch=None):
     script = tmp_path / "train.py"
     script.write_text(DDP_SCRIPT)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script),
-           json.dumps(run), str(setup), str(out)]
+           json.dumps(run), str(setup), str(out), json.dumps(launch or {})]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -260,10 +261,11 @@ def _torchrun(tmp_path, setup, run, out, nproc=2):
 @pytest.mark.parametrize("name", ["ra", "ed", "opd_off", "opd"])
 def test_one_and_two_processes_train_on_the_same_masks(setup, tmp_path, name):
     """Masks and timesteps are drawn for the whole micro-batch on every process and the loss is
-    normalised over the whole micro-batch: a 2-process FSDP2 run logs the losses of a 1-process run."""
+    normalised over the whole micro-batch: a 2-process FSDP2 run logs the losses of a 1-process run
+    (with the frozen teacher sharded too, where the planner would shard it)."""
     run = run_cfg(name, steps=5, checkpoint_every=5)
     train(setup, run, tmp_path / "one")
-    _torchrun(tmp_path, setup, run, tmp_path / "two")
+    _torchrun(tmp_path, setup, run, tmp_path / "two", launch={"shard_teacher": name in ("ra", "opd_off")})
     one, two = log(tmp_path / "one"), log(tmp_path / "two")
     for key in ("loss", *(k for k in ("diffusion", "align", "distill") if k in one[0])):
         assert [r[key] for r in two] == pytest.approx([r[key] for r in one], rel=1e-4), key
@@ -284,6 +286,26 @@ def test_a_two_process_run_resumes_on_one_process(setup, tmp_path):
     two, cut = log(tmp_path / "two"), log(tmp_path / "cut")
     assert [r["step"] for r in cut] == list(range(6))
     assert [r["loss"] for r in cut[3:]] == pytest.approx([r["loss"] for r in two[3:]], rel=1e-4)
+
+
+def test_a_run_planned_in_segments_stops_with_a_checkpoint_and_its_retry_finishes(setup, tmp_path):
+    """A job that would outlast its time limit checkpoints where it stands and exits 75; the retry
+    resumes there and ends with the weights of an uninterrupted run."""
+    from ar2dlm.training.convert_run import SEGMENT_DONE, main
+
+    run = run_cfg("mdlm", steps=8, checkpoint_every=4)
+    args = ["--run", json.dumps(run), "--teacher", str(setup / "teacher"), "--corpus", str(setup / "corpus.jsonl"),
+            "--out", str(tmp_path / "seg" / "train.json"), "--seed", "0", "--preset", "smoke", "--model", "tiny"]
+    with pytest.raises(SystemExit) as stop:
+        main(args + ["--launch", json.dumps({"stop_after_hours": 1e-9})])
+    assert stop.value.code == SEGMENT_DONE
+    assert (tmp_path / "seg" / "step_1" / "trainer_state.pt").is_file() and not (tmp_path / "seg" / "train.json").exists()
+    main(args)
+    manifest = json.loads((tmp_path / "seg" / "train.json").read_text())
+    assert manifest["resumed_from"] == 1 and manifest["stopped_at"] is None
+    train(setup, copy.deepcopy(run), tmp_path / "whole")
+    a, b = weights(tmp_path / "seg" / "step_8"), weights(tmp_path / "whole" / "step_8")
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_two_process_fsdp_rolls_out_on_policy_and_keeps_frozen_parameters(setup, tmp_path):

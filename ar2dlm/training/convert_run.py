@@ -1,17 +1,22 @@
 """Command line of one conversion run, what the convert rule launches: plain ``python -m`` for one
-process (CPU or one GPU), ``torchrun --standalone --nproc_per_node=<GPUs>`` for several; the
-trainer reads the torchrun environment and shards the model with FSDP2."""
+process (CPU or one GPU), ``torchrun --standalone --nproc_per_node=<GPUs>`` for several on one
+node, ``srun`` + ``torchrun`` with c10d rendezvous across nodes; the trainer reads the torchrun
+environment and shards the model with FSDP2. A job planned in segments stops with exit status 75
+after a checkpoint, and its retry resumes."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from ..provenance import log_to, write_json
 from .tracking import exported
 from .trainer import train_run
+
+SEGMENT_DONE = 75  # EX_TEMPFAIL: a segment of a run planned in several ended
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,6 +30,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--log", default=None)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--launch", default="{}", help="launch choices as JSON (activation_checkpointing, shard_teacher, "
+                    "stop_after_hours): how the run uses its GPUs, not what it computes")
     ap.add_argument("--tracking", default=None, help="experiment tracking as JSON: backend, project, directory "
                     "(default: what the workflow exported)")
     a = ap.parse_args(argv)
@@ -33,7 +40,11 @@ def main(argv: list[str] | None = None) -> None:
         log_to(a.log if rank == 0 else f"{a.log}.rank{rank}", a.threads)
     out = Path(a.out)
     info = train_run(json.loads(a.run), a.teacher, a.corpus, out.parent, seed=a.seed, preset=a.preset,
-                     model_name=a.model, tracking=json.loads(a.tracking) if a.tracking else exported())
+                     model_name=a.model, launch=json.loads(a.launch), tracking=json.loads(a.tracking) if a.tracking else exported())
+    if info["stopped_at"] is not None:
+        print(f"stopped after step {info['stopped_at']} of {info['steps']} with a checkpoint, before the job's time "
+              "limit; its retry resumes from it", file=sys.stderr)
+        sys.exit(SEGMENT_DONE)
     if rank == 0:  # the manifest is written last, once, when the run is complete
         write_json(out, info)
 

@@ -20,8 +20,8 @@ import torch
 
 
 def decoder_layers(model) -> list:
-    """The decoder layers of a Hugging Face causal LM (Qwen3, Llama, ...)."""
-    return list(model.model.layers)
+    """The decoder layers of a Hugging Face causal LM (Qwen3, Llama, ...) or of its decoder alone."""
+    return list(getattr(model, "model", model).layers)
 
 
 def shard(model, training: dict) -> None:

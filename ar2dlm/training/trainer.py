@@ -115,16 +115,23 @@ def _distributed():
     return world, rank, device
 
 
+LAUNCH_KEYS = ("activation_checkpointing",)  # training keys that change how a run uses memory, not what it computes
+
+
 def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset: str, model_name: str,
-              tracking: dict | None = None) -> dict:
+              tracking: dict | None = None, launch: dict | None = None) -> dict:
     """Train one conversion run into ``out_dir``; ``tracking`` (backend, project, directory) also sends
-    each step's log row to an experiment tracker."""
+    each step's log row to an experiment tracker. ``launch`` (the memory planner's choices):
+    ``activation_checkpointing`` (else the run's setting), ``shard_teacher`` (FSDP2 on the frozen
+    teacher too), ``stop_after_hours`` (checkpoint and return with ``stopped_at`` set once the next
+    checkpoint interval would pass that time: one segment of a run longer than a job may last)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     world, rank, device = _distributed()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tr = run["training"]
+    launch = launch or {}
     micro = tr["batch_size"] // tr["grad_accum"]
     if micro * tr["grad_accum"] != tr["batch_size"] or micro % world:
         raise ValueError(f"batch_size {tr['batch_size']} must split into grad_accum {tr['grad_accum']} micro-batches "
@@ -149,7 +156,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         model.set_attn_implementation("flex_attention")
     teacher = load_teacher(teacher_dir, objective, tr["dtype"], device)
     frozen = freeze(model, run["freeze"])
-    if tr.get("activation_checkpointing"):  # recompute each decoder layer's activations in the backward pass
+    if launch.get("activation_checkpointing", tr.get("activation_checkpointing")):  # recompute each decoder layer's activations in the backward pass
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
     # masks and timesteps: one stream, the same on every process, drawn for the whole micro-batch
@@ -157,10 +164,13 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
 
     start = 0
     if rank == 0:
-        settings = keep_matching_checkpoints(out_dir, {"run": run, "seed": seed, "teacher": str(teacher_dir)})
+        computed = {**run, "training": {k: v for k, v in tr.items() if k not in LAUNCH_KEYS}}
+        settings = keep_matching_checkpoints(out_dir, {"run": computed, "seed": seed, "teacher": str(teacher_dir)})
     barrier(world)
     if world > 1:  # FSDP2: each rank holds a shard of the parameters, gradients and optimizer state
         shard(model, tr)
+        if teacher is not None and launch.get("shard_teacher"):
+            shard(teacher, tr)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=tr["lr"], weight_decay=tr["weight_decay"], betas=(0.9, 0.95))
     done = resumable_steps(out_dir)
@@ -181,6 +191,8 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     tracking = tracking or {"backend": "none"}
     tracker = Tracker(tracking["backend"], tracking.get("directory"), tracking.get("project"),
                       f"{model_name}/{run['name']}/seed{seed}", run) if rank == 0 else None
+    stop_after = launch.get("stop_after_hours")
+    stopped_at = None
     for step in bar:
         t0 = time.time()
         lr = lr_at(step, tr["steps"], tr["lr"], tr["warmup_steps"])
@@ -207,6 +219,9 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         tokens_total += tokens
         dt = time.time() - t0
         save_now = (step + 1) % tr["checkpoint_every"] == 0 or step + 1 == tr["steps"]
+        to_next = tr["checkpoint_every"] - (step + 1) % tr["checkpoint_every"]
+        if stop_after is not None and not save_now and segment_ends(t_run, to_next * dt, stop_after, world):
+            save_now = stopped_at = step + 1
         if rank == 0:
             row = {"step": step, "loss": sum(sums.values()), **sums, "lr": lr, "grad_norm": float(grad_norm),
                    "tokens": tokens, "tokens_per_s": round(tokens / dt, 1), "step_s": round(dt, 4)}
@@ -221,6 +236,8 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
                 "method": run["method"], "run": run["name"], "model": model_name, "preset": preset, "seed": seed,
                 "run_settings": {k: v for k, v in run.items() if k not in ("name",)},
                 "frozen_parameters": len(frozen), "versions": library_versions()}, tr, rank, world)
+            if stopped_at:
+                break
     if tracker is not None:
         tracker.close()
     barrier(world)
@@ -228,7 +245,18 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     train_seconds = sum(r["step_s"] for r in read_jsonl(log_path)) if rank == 0 else None
     return {"run": run["name"], "model": model_name, "seed": seed, "steps": tr["steps"], "resumed_from": start,
             "checkpoints": checkpoint_steps(out_dir), "wall_seconds": round(time.time() - t_run, 1),
-            "train_seconds": None if train_seconds is None else round(train_seconds, 4), "tokens": tokens_total}
+            "train_seconds": None if train_seconds is None else round(train_seconds, 4), "tokens": tokens_total,
+            "stopped_at": stopped_at}
+
+
+def segment_ends(start: float, to_next_checkpoint: float, hours: float, world: int) -> bool:
+    """Whether the time left before ``hours`` is too short to reach the next scheduled checkpoint
+    (``to_next_checkpoint`` seconds at the last step's pace, with half again as margin); the
+    processes agree (the latest estimate decides)."""
+    late = torch.tensor(float(time.time() - start + 1.5 * to_next_checkpoint > hours * 3600))
+    if world > 1:
+        torch.distributed.all_reduce(late, op=torch.distributed.ReduceOp.MAX)
+    return bool(late.item())
 
 
 def save_checkpoint(model, opt, tokenizer, generator_state: torch.Tensor, out_dir: Path, step: int, conv: Conventions,

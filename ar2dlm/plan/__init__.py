@@ -1,0 +1,1 @@
+"""Memory and time planning of conversion jobs (``python -m ar2dlm.plan``)."""

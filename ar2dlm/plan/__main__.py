@@ -1,0 +1,52 @@
+"""``python -m ar2dlm.plan --configfile FILE [--gpu-memory-gb N]``: the per-GPU memory of every
+conversion job by part, the launch chosen for it (nodes, GPUs, rows per GPU, accumulation,
+activation checkpointing, teacher placement) and its hours; exits 1 naming each job that fits no
+launch. The DAG build runs the same check when the config sets ``cluster``."""
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from ..pipeline.config import merge_preset
+from .memory import GB, plan_jobs, unfit
+
+REPO = Path(__file__).resolve().parents[2]
+PARTS = ("parameters", "gradients", "optimizer", "teacher", "activations", "logits", "masks", "rollout")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ar2dlm.plan", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configfile", default=str(REPO / "config" / "presets" / "paper.yaml"))
+    ap.add_argument("--gpu-memory-gb", type=float, help="override cluster.gpu_memory_gb")
+    args = ap.parse_args(argv)
+    config = merge_preset(yaml.safe_load(Path(args.configfile).read_text()), REPO / "config")
+    if not config.get("cluster"):
+        sys.exit(f"{args.configfile}: no `cluster:` section (gpu_memory_gb, gpus_per_node, max_nodes, gpu_tflops, "
+                 "mfu, runtime_hours) to plan for")
+    if args.gpu_memory_gb:
+        config["cluster"]["gpu_memory_gb"] = args.gpu_memory_gb
+    c = config["cluster"]
+    plans = plan_jobs(config)
+    print(f"per-GPU peak (GB) of each conversion job on {c['gpu_memory_gb']:g} GB GPUs, {c['gpus_per_node']} per node; "
+          f"hours at {c['mfu']:.0%} of {c['gpu_tflops']:g} TFLOP/s, {c['runtime_hours']:g} h per job\n")
+    print("| job | nodes | GPUs | rows/GPU | accum | ckpt | teacher | " + " | ".join(PARTS) + " | peak | hours | segments |")
+    print("|" + "---|" * (len(PARTS) + 10))
+    for p in plans:
+        parts = " | ".join(f"{p.parts[k] / GB:.1f}" if k in p.parts else "-" for k in PARTS)
+        if p.launch is None:
+            print(f"| {p.job} | - | - | - | - | - | - | {parts} | {p.peak_gb:.0f} (does not fit) | - | - |")
+            continue
+        l = p.launch
+        print(f"| {p.job} | {l.nodes} | {l.gpus} | {l.rows} | {p.accum} | {'yes' if l.activation_checkpointing else 'no'} "
+              f"| {'sharded' if l.shard_teacher else 'replicated'} | {parts} | {p.peak_gb:.1f} | {p.hours:.1f} | {p.segments} |")
+    bad = unfit(plans)
+    if bad:
+        print("\njobs that fit no launch:\n" + "\n".join(f"  {b}" for b in bad), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The memory planner: the paper preset fits 80 GB GPUs, jobs that cannot fit are named, and the
+estimate is the measured peak of real CPU steps within 25%."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ar2dlm.pipeline.config import merge_preset
+from ar2dlm.plan.__main__ import main
+from ar2dlm.plan.memory import GB, QWEN3_SHAPES, Launch, estimate, peak, plan_jobs, unfit
+from ar2dlm.pipeline.runs import resolve_run
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER = REPO / "config" / "presets" / "paper.yaml"
+
+
+def paper():
+    return merge_preset(yaml.safe_load(PAPER.read_text()), REPO / "config")
+
+
+def test_every_paper_job_fits_80gb_gpus_and_the_profile_runtime():
+    config = paper()
+    plans = plan_jobs(config)
+    assert len(plans) == 30 and not unfit(plans)
+    for p in plans:
+        assert p.peak_gb <= 80 and p.launch.nodes <= config["cluster"]["max_nodes"]
+        assert p.segments == 1 or p.launch.nodes == config["cluster"]["max_nodes"], p.job  # more nodes before segments
+    by_job = {p.job: p for p in plans}
+    assert by_job["qwen3_4b/ed"].launch.nodes >= 2  # 256 rows x 2 x 2048 tokens: one node's 8 GPUs are not enough
+    assert by_job["qwen3_4b/ed_long"].segments == 2  # 100B tokens: 81 h on 8 nodes, two 72 h jobs
+
+
+def test_the_cli_names_the_jobs_that_fit_no_launch(capsys):
+    assert main(["--configfile", str(PAPER)]) == 0
+    assert "qwen3_8b/opd" in capsys.readouterr().out
+    assert main(["--configfile", str(PAPER), "--gpu-memory-gb", "12"]) == 1
+    err = capsys.readouterr().err
+    assert "qwen3_8b/ed:" in err and "raise training.grad_accum" in err
+
+
+def test_parts_follow_the_launch():
+    run = resolve_run(paper(), "ed")
+    shape = QWEN3_SHAPES["Qwen/Qwen3-8B-Base"]
+    one = estimate(shape, run, Launch(1, 8, 4, True, False))
+    two = estimate(shape, run, Launch(2, 8, 4, True, False))
+    assert two["optimizer"] == pytest.approx(one["optimizer"] / 2)  # AdamW's moments are sharded
+    assert two["activations"] == pytest.approx(one["activations"])  # same rows per GPU
+    full = estimate(shape, run, Launch(1, 8, 4, False, False))
+    assert full["activations"] > 5 * one["activations"]  # recomputation keeps each layer's input only
+    cpu = estimate(shape, run, Launch(1, 8, 4, True, False, cuda=False))
+    assert one["masks"] == 0 and cpu["masks"] > 0  # flex BlockMasks on CUDA, dense 2L masks on CPU
+
+
+@pytest.mark.parametrize("name", ["small mdlm", "small repr_align", "wide efficient_dlm (checkpointed)"])
+def test_the_estimate_is_the_measured_cpu_peak_within_25_percent(name):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from train_memory import cases, estimated
+
+    case = next(c for c in cases(False) if c["name"] == name)
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "train_memory.py"), "--case", json.dumps(case)],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    measured = json.loads(proc.stdout.strip().splitlines()[-1])["peak_gb"]
+    assert estimated(case)["estimate_gb"] == pytest.approx(measured, rel=0.25)
+
+
+def test_a_job_the_cluster_cannot_hold_stops_the_dag_build(tmp_path):
+    from tests.conftest import run_snakemake
+
+    override = tmp_path / "small_gpus.yaml"
+    override.write_text(yaml.safe_dump({"preset": "paper", "cluster": {**paper()["cluster"], "gpu_memory_gb": 12}}))
+    proc = run_snakemake(["-n", "all_tables", "--configfile", str(PAPER), str(override)], tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "qwen3_8b/ed:" in out and "fit no launch" in out
+
+
+def test_peak_is_the_larger_phase():
+    parts = {"parameters": 1.0, "gradients": 1.0, "optimizer": 2.0, "teacher": 0.5, "activations": 3.0, "logits": 1.0,
+             "masks": 0.0}
+    assert peak(parts) == 8.5
+    assert peak({**parts, "rollout": 10.0}) == 13.5 and GB == 1e9
