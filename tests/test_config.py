@@ -249,3 +249,21 @@ def test_config_files_have_no_duplicate_keys():
     Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     for path in sorted((REPO / "config").rglob("*.yaml")) + [REPO / "slurm" / "config.yaml"]:
         yaml.load(path.read_text(), Loader=Strict)
+
+
+def test_token_budgets_and_prompt_set_sizes_are_checked_against_their_sources():
+    import copy
+
+    from ar2dlm.pipeline.checks import check_config
+    from ar2dlm.pipeline.config import ConfigError, merge_preset
+
+    paper = merge_preset({"preset": "paper"}, REPO / "config")
+    check_config(paper)
+    long = copy.deepcopy(paper)
+    long["runs"]["ed_long"]["training"]["steps"] = 190000  # 99.6B token slots from a 50B-token stream
+    with pytest.raises(ConfigError, match=r"runs\.ed_long\.training.*99\.6B token slots.*50\.0B"):
+        check_config(long)
+    math = copy.deepcopy(paper)
+    math["data"]["prompt_sets"]["competition_math"]["n"] = 2000
+    with pytest.raises(ConfigError, match=r"data\.prompt_sets\.competition_math\.n.*2000.*holds 1744"):
+        check_config(math)

@@ -251,8 +251,11 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
         target = "results/models/tiny/mdlm/seed0/train.json"
         # its own SLURM log folder: the plugin removes empty folders there when it starts, and a queued job's
         # folder is empty until the job starts
+        # and it goes through the multi-node launch path (srun starts a torchrun per node, c10d rendezvous) with
+        # two processes on the one node, as a planned paper job does with its GPUs
         cmd = [*snakemake, target, "--configfile", SMOKE, str(override),
-               "--slurm-logdir", str(tmp_path / "slurm_logs_resume")]
+               "--slurm-logdir", str(tmp_path / "slurm_logs_resume"),
+               "--set-resources", "convert:mpi=srun", "convert:tasks=2", "convert:nodes=1", "convert:tasks_per_gpu=0"]
         first_log = tmp_path / "resume_first.log"
         with first_log.open("w") as out:
             run = subprocess.Popen(cmd, cwd=resume, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -270,6 +273,8 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
         assert proc.returncode == 0, proc.stderr[-4000:]
         manifest = json.loads((ckpt_dir / "train.json").read_text())
         assert manifest["resumed_from"] >= 100 and manifest["steps"] == 1500
+        assert "--rdzv_backend=c10d" in proc.stdout + proc.stderr  # two processes through srun + torchrun
+        assert (resume / "results/logs/convert/tiny_mdlm_seed0.log.rank1").is_file()
 
         tables.wait(timeout=900 - (time.time() - t0))
         assert tables.returncode == 0, tables_log.read_text()[-4000:]

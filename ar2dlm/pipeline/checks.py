@@ -84,6 +84,7 @@ def check_config(config: dict) -> None:
                 raise ConfigError(f"{key}.model_path", f"missing checkpoint: {path!r} is not a Hugging Face model "
                                   "folder (no config.json)")
 
+    check_prompt_sets(config)
     check_runs(config)
     check_evals(config)
     check_armap(config)
@@ -118,6 +119,23 @@ def check_bench(config: dict) -> None:
                 raise ConfigError(f"bench.{key}", f"block size {bench['block_size']} does not divide the length {length}")
 
 
+# Rows of the hub splits the presets name (from each data set's card), so a prompt set asking for
+# more is caught when the DAG is built rather than after its download.
+KNOWN_SPLIT_ROWS = {
+    ("EleutherAI/hendrycks_math", "algebra", "train"): 1744,
+    ("EleutherAI/hendrycks_math", "algebra", "test"): 1187,
+    ("HuggingFaceH4/ultrachat_200k", None, "train_sft"): 207865,
+}
+
+
+def check_prompt_sets(config: dict) -> None:
+    for name, spec in config["data"]["prompt_sets"].items():
+        known = KNOWN_SPLIT_ROWS.get((spec["path"], spec.get("name"), spec["split"]))
+        if known is not None and spec["n"] > known:
+            raise ConfigError(f"data.prompt_sets.{name}.n", f"asks for {spec['n']} prompts but {spec['path']} "
+                              f"({spec.get('name')}, {spec['split']}) holds {known}")
+
+
 def check_runs(config: dict) -> None:
     """Cross-key checks of every run and study, with the key named."""
     models = config["models"]
@@ -129,6 +147,13 @@ def check_runs(config: dict) -> None:
         for m in run["models"]:
             if m not in models:
                 raise ConfigError(f"{key}.models", f"{m!r} is not a key of models ({', '.join(models)})")
+        tr = run["training"]
+        slots = tr["steps"] * tr["batch_size"] * tr["seq_len"]
+        stream = config["data"]["corpus"]["stream_tokens"]
+        if run["data"] == "stream" and run["distill"] is None and slots > stream:
+            raise ConfigError(f"{key}.training", f"{tr['steps']} steps x {tr['batch_size']} rows x {tr['seq_len']} tokens "
+                              f"= {slots / 1e9:.1f}B token slots, more than the stream provides "
+                              f"(data.corpus.stream_tokens = {stream / 1e9:.1f}B): the run would repeat it")
         if run["method"] == "repr_align" and run["align"] is None:
             raise ConfigError(f"{key}.align", "method repr_align needs an alignment term")
         if run["method"] == "opdlm" and run["distill"] is None:
