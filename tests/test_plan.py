@@ -27,7 +27,7 @@ def test_every_paper_job_fits_80gb_gpus_and_the_profile_runtime():
     plans = plan_jobs(config)
     assert len(plans) == 30 and not unfit(plans)
     for p in plans:
-        assert p.peak_gb <= 80 and p.launch.nodes <= config["cluster"]["max_nodes"]
+        assert p.peak_gb <= 0.9 * 80 and p.launch.nodes <= config["cluster"]["max_nodes"]
         assert p.segments == 1 or p.launch.nodes == config["cluster"]["max_nodes"], p.job  # more nodes before segments
     by_job = {p.job: p for p in plans}
     assert by_job["qwen3_4b/ed"].launch.nodes >= 2  # 256 rows x 2 x 2048 tokens: one node's 8 GPUs are not enough

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 GB = 1e9
 FP32 = 4
+USABLE = 0.9  # of a GPU's memory: the rest for the CUDA context, NCCL buffers and allocator fragmentation
 
 
 @dataclass(frozen=True)
@@ -234,12 +235,12 @@ class Plan:
 
 def plan_job(job: str, shape: Shape, run: dict, cluster: dict) -> Plan:
     """The fewest nodes (then no activation checkpointing if it fits, then a replicated teacher)
-    whose per-GPU peak fits ``cluster.gpu_memory_gb`` and whose hours fit ``runtime_hours`` if any
+    whose per-GPU peak fits ``USABLE`` of ``cluster.gpu_memory_gb`` and whose hours fit ``runtime_hours`` if any
     number of nodes up to ``max_nodes`` does; else the fitting launch with the most nodes, run in
     resumable segments."""
     tr = run["training"]
     micro = tr["batch_size"] // tr["grad_accum"]
-    budget = cluster["gpu_memory_gb"] * GB
+    budget = USABLE * cluster["gpu_memory_gb"] * GB
     per_node = cluster["gpus_per_node"]
     fitting = []
     for nodes in range(1, cluster["max_nodes"] + 1):
