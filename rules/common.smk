@@ -21,7 +21,8 @@ except RuntimeError as exc:
 from ar2dlm.pipeline import layout
 from ar2dlm.pipeline.checks import check_config
 from ar2dlm.pipeline.config import ConfigError, benchmark_settings, describe_schema_error, merge_preset
-from ar2dlm.pipeline.jobs import armap_domains, armap_jobs, conversion_corpus, conversion_jobs, conversion_settings, eval_jobs
+from ar2dlm.pipeline.jobs import (armap_domains, armap_jobs, conversion_corpus, conversion_jobs, conversion_settings,
+                                  eval_jobs, token_rows_source)
 from ar2dlm.evaluation.suite import BENCHMARK_KINDS
 from ar2dlm.plan.memory import plan_jobs, unfit
 from ar2dlm.reporting.armap import armap_report_inputs
@@ -66,6 +67,9 @@ wildcard_constraints:
     run="|".join(RUNS),
     seed=r"\d+",
     step=r"\d+",
+    source=r"subset|stream|promptset_\w+",
+    selection=r"documents|prompts_\w+",
+    seq_len=r"\d+",
     benchmark="|".join(BENCHMARKS),
     study="|".join(re.escape(s) for s in STUDIES),
     figpath="|".join(re.escape(layout.figure_stem(s)) for s in STUDIES),

@@ -99,6 +99,25 @@ rule prompt_set:
         "../workflow_scripts/make_prompt_set.py"
 
 
+rule token_rows:
+    """A corpus cut, prompt set or stream tokenised once into memory-mapped rows of one sequence
+    length, the documents a run's objective trains on (every conversion reads its rows from here)."""
+    input:
+        source=lambda wc: token_rows_source(config, wc.source),
+        tokenizer=layout.tokenizer_dir(),
+    output:
+        directory(layout.token_rows_dir()),
+    threads: 4
+    log:
+        layout.log_path("data/token_rows_{source}_{selection}_len{seq_len}"),
+    benchmark:
+        layout.bench_path("data/token_rows_{source}_{selection}_len{seq_len}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/make_token_rows.py"
+
+
 rule code_benchmark:
     """A code benchmark's problems in one file: the held-out suite, the real HumanEval file, an
     evalplus release (fetched here, once) or a local file; cut to the benchmark's limit."""

@@ -288,6 +288,25 @@ def test_a_two_process_run_resumes_on_one_process(setup, tmp_path):
     assert [r["loss"] for r in cut[3:]] == pytest.approx([r["loss"] for r in two[3:]], rel=1e-4)
 
 
+@pytest.mark.parametrize("name", ["mdlm", "opd_off"])
+def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_path, name):
+    """The token_rows rule's folder (the documents the objective selects, tokenised once) trains to
+    the weights of the corpus file tokenised in the trainer."""
+    from ar2dlm.data.build import build_token_rows
+    from ar2dlm.data.corpus import document_selection
+
+    run = run_cfg(name, steps=3, checkpoint_every=3)
+    rows = tmp_path / "rows"
+    build_token_rows(setup / "corpus.jsonl", setup / "teacher", "subset", document_selection(run), 64, rows, workers=2)
+    train_run(copy.deepcopy(run), setup / "teacher", rows, tmp_path / "disk", seed=0, preset="smoke", model_name="tiny")
+    train(setup, copy.deepcopy(run), tmp_path / "file")
+    a, b = weights(tmp_path / "disk" / "step_3"), weights(tmp_path / "file" / "step_3")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(ValueError, match="holds rows of 64 tokens; the run trains on 32"):
+        train_run(run_cfg(name, steps=3, seq_len=32), setup / "teacher", rows, tmp_path / "bad", seed=0, preset="smoke",
+                  model_name="tiny")
+
+
 def test_a_run_planned_in_segments_stops_with_a_checkpoint_and_its_retry_finishes(setup, tmp_path):
     """A job that would outlast its time limit checkpoints where it stands and exits 75; the retry
     resumes there and ends with the weights of an uninterrupted run."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..provenance import library_versions, read_jsonl, write_json, write_jsonl
+from ..provenance import library_versions, read_json, read_jsonl, write_json, write_jsonl
 from .tokenization import load_pretrained_tokenizer, train_bpe_tokenizer
 from .code_suite import generate_code_suite
 from .corpus import hub_documents, shuffled, stdlib_documents, suite_documents, take_tokens, token_counter
@@ -124,3 +124,26 @@ def build_prompt_set(name: str, spec: dict, seed: int, out) -> int:
     if len(rows) < spec["n"]:
         raise ValueError(f"data.prompt_sets.{name}.n={spec['n']} but {spec['path']} holds only {len(rows)} rows")
     return write_jsonl(out, rows)
+
+
+def build_token_rows(source_path, tokenizer_dir, source: str, selection: str, seq_len: int, out_dir,
+                     workers: int = 1) -> dict:
+    """Tokenise a corpus cut, prompt set or stream into rows of ``seq_len`` tokens (``token_rows``).
+    A stream that is not written out (its manifest) is read from its source up to its token budget
+    and trained on once, in order; written-out files are trained on in seeded epochs."""
+    from transformers import AutoTokenizer
+
+    from .corpus import select_documents
+    from .token_rows import write_token_rows
+
+    budget, streamed = None, str(source_path).endswith(".json")
+    if streamed:
+        manifest = read_json(source_path)
+        spec = {k[len("corpus_"):]: v for k, v in manifest.items() if k.startswith("corpus_") and k != "corpus_source"}
+        docs, budget = hub_documents(spec, manifest["seed"]), manifest["stream"]["budget_tokens"]
+    else:
+        docs = read_jsonl(source_path)
+    pad = AutoTokenizer.from_pretrained(str(tokenizer_dir)).pad_token_id
+    return write_token_rows(select_documents(docs, selection), tokenizer_dir, seq_len, pad, out_dir,
+                            info={"source": source, "selection": selection, "ordered": streamed},
+                            workers=workers, budget_tokens=budget)

@@ -27,6 +27,18 @@ def prompt_documents(docs: list[dict], prompts: str) -> list[dict]:
     return [d for d in docs if d.get("source") in PROMPT_SOURCES[prompts]]
 
 
+def document_selection(run: dict) -> str:
+    """Which documents of its corpus a run trains on: ``documents`` (all), or ``prompts_<name>``
+    for distillation from prompt source <name> of the synthetic corpus (PROMPT_SOURCES)."""
+    prompts = (run.get("distill") or {}).get("prompts")
+    return f"prompts_{prompts}" if prompts in PROMPT_SOURCES else "documents"
+
+
+def select_documents(docs, selection: str):
+    """The documents a selection (``document_selection``) keeps; an iterable stays lazy for ``documents``."""
+    return docs if selection == "documents" else prompt_documents(list(docs), selection[len("prompts_"):])
+
+
 def suite_documents(code_train: list[dict], math_train: list[dict]) -> list[dict]:
     docs = [{"prompt": t["prompt"], "completion": t["canonical_solution"], "source": "code"} for t in code_train]
     docs += [{"prompt": p["prompt"], "completion": p["completion"], "source": "math"} for p in math_train]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..data.corpus import document_selection
 from . import layout
 from .runs import resolve_run
 
@@ -235,11 +236,21 @@ def armap_jobs(config: dict) -> ArmapJobs:
 
 
 def conversion_corpus(config: dict, name: str) -> str:
-    """A run's training data: a prompt set for distillation from one, else its corpus cut (a stream
-    that is not written out is read through its manifest). The objective picks its documents from it."""
+    """A run's training rows: its source (a prompt set for distillation from one, else its corpus
+    cut) with the documents its objective trains on, tokenised at its sequence length."""
     run = resolve_run(config, name)
     if run["distill"] is not None and run["distill"]["prompts"] in config["data"]["prompt_sets"]:
-        return layout.prompt_set_file(run["distill"]["prompts"])
-    if run["data"] == "stream" and not config["data"]["corpus"]["materialize_stream"]:
+        source = f"promptset_{run['distill']['prompts']}"
+    else:
+        source = run["data"]
+    return layout.token_rows_dir(source, document_selection(run), run["training"]["seq_len"])
+
+
+def token_rows_source(config: dict, source: str) -> str:
+    """The file a token_rows job reads: a prompt set, a corpus cut, or the manifest of a stream
+    that is not written out (read from its source, up to its budget)."""
+    if source.startswith("promptset_"):
+        return layout.prompt_set_file(source[len("promptset_"):])
+    if source == "stream" and not config["data"]["corpus"]["materialize_stream"]:
         return layout.corpus_file("manifest")
-    return layout.corpus_file(run["data"])
+    return layout.corpus_file(source)

@@ -64,6 +64,12 @@ def preference_domain(path) -> str:
     return Path(path).parent.name
 
 
+def token_rows_dir(source="{source}", selection="{selection}", seq_len="{seq_len}") -> str:
+    """A corpus cut (``subset``, ``stream``) or prompt set (``promptset_<name>``) tokenised into
+    rows of ``seq_len`` tokens, the documents of ``selection`` only (data.token_rows)."""
+    return data_path("token_rows", str(source), f"{selection}_len{seq_len}")
+
+
 def prompt_set_file(pset="{pset}") -> str:
     return data_path("prompts", f"{pset}.jsonl")
 

@@ -17,8 +17,10 @@ estimate against the peak memory of real steps on CPU.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 GB = 1e9
 FP32 = 4
@@ -92,9 +94,6 @@ def shape_from_config(cfg: dict) -> Shape:
 def model_shape(model_cfg: dict, vocab_size: int | None = None) -> Shape:
     """A config's model entry: a pretrained one by its local folder or known hub id, a pretrained-here
     one by its ``arch`` and the tokenizer's vocabulary."""
-    import json
-    from pathlib import Path
-
     if model_cfg.get("model_path") and (Path(model_cfg["model_path"]) / "config.json").is_file():
         return shape_from_config(json.loads((Path(model_cfg["model_path"]) / "config.json").read_text()))
     if model_cfg.get("hub_id") in QWEN3_SHAPES:

@@ -11,21 +11,6 @@ from typing import NamedTuple
 import torch
 
 from ..core.diffusion import collate
-from ..data.tokenization import encode_pair
-
-
-def document_rows(docs: list[dict], tokenizer, seq_len: int) -> list[tuple[list[int], int]]:
-    """(token ids, prompt length) per document, cut to ``seq_len``. Long plain-text documents
-    (no prompt) are split into several rows; a prompt that fills the row leaves nothing to learn
-    and is dropped."""
-    rows = []
-    for d in docs:
-        p, c = encode_pair(tokenizer, d["prompt"], d["completion"])
-        if not p:
-            rows += [(c[i:i + seq_len], 0) for i in range(0, len(c), seq_len) if len(c[i:i + seq_len]) > 1]
-        elif len(p) < seq_len:
-            rows.append(((p + c)[:seq_len], len(p)))
-    return rows
 
 
 class MicroBatch(NamedTuple):
@@ -58,18 +43,15 @@ class MicroBatch(NamedTuple):
         return self.ids[self.rows], self.valid[self.rows], self.prompt_lens[self.rows]
 
 
-def micro_batch(rows: list[tuple[list[int], int]], pad_id: int, rank: int, world: int, index: int) -> MicroBatch:
-    """Rows rank, rank + world, ... of micro-batch number ``index`` are this process's."""
-    return MicroBatch(*collate(rows, pad_id), torch.arange(rank, len(rows), world), world, index)
-
-
 class Batches:
-    """Batch ``step`` is a pure function of (seed, step): epochs are seeded permutations."""
+    """Micro-batch ``index`` is a pure function of (seed, index): epochs are seeded permutations of
+    the rows, or, ``ordered`` (a stream read once), the rows in order. ``rows``: any sequence of
+    (ids, prompt length), e.g. memory-mapped :class:`~ar2dlm.data.token_rows.TokenRows`."""
 
-    def __init__(self, rows, batch_size: int, seed: int, pad_id: int):
-        if not rows:
+    def __init__(self, rows, batch_size: int, seed: int, pad_id: int, ordered: bool = False):
+        if not len(rows):
             raise ValueError("no training rows: every document is longer than the sequence length, or the corpus is empty")
-        self.rows, self.batch_size, self.seed, self.pad_id = rows, batch_size, seed, pad_id
+        self.rows, self.batch_size, self.seed, self.pad_id, self.ordered = rows, batch_size, seed, pad_id, ordered
         self._perm_epoch, self._perm = None, None
 
     def _permutation(self, epoch: int) -> torch.Tensor:
@@ -78,42 +60,35 @@ class Batches:
             self._perm, self._perm_epoch = torch.randperm(len(self.rows), generator=g), epoch
         return self._perm
 
-    def __call__(self, step: int, rank: int = 0, world: int = 1) -> MicroBatch:
+    def whole(self, index: int):
+        """(ids, valid, prompt_lens) of micro-batch ``index``: every process's rows."""
         n = len(self.rows)
-        idx = [step * self.batch_size + j for j in range(self.batch_size)]
-        picked = [self.rows[int(self._permutation(i // n)[i % n])] for i in idx]
-        return micro_batch(picked, self.pad_id, rank, world, step)
+        idx = range(index * self.batch_size, (index + 1) * self.batch_size)
+        if self.ordered:
+            if idx[-1] >= n:
+                raise ValueError(f"micro-batch {index} needs row {idx[-1]} of a stream read once, which holds {n} rows")
+            return collate([self.rows[i] for i in idx], self.pad_id)
+        return collate([self.rows[int(self._permutation(i // n)[i % n])] for i in idx], self.pad_id)
+
+    def __call__(self, index: int, rank: int = 0, world: int = 1) -> MicroBatch:
+        """Micro-batch ``index`` with this process's rows marked: rank, rank + world, ..."""
+        return share(self.whole(index), rank, world, index)
+
+    def loader(self, start: int, stop: int, workers: int = 0):
+        """Micro-batches ``start`` to ``stop`` - 1 through a DataLoader (``workers`` processes read
+        ahead); a resumed run starts at its own index without reading what came before."""
+        return torch.utils.data.DataLoader(_Indexed(self), batch_size=None, sampler=range(start, stop),
+                                           num_workers=workers, prefetch_factor=4 if workers else None)
 
 
-class StreamBatches:
-    """Batches read in order from a corpus that is never written out (the paper's 50B-token stream):
-    documents come from the manifest's data set with its seeded shuffle, up to its token budget.
-    Batch ``step`` must be asked in order; a resumed run skips the rows of earlier steps."""
+class _Indexed(torch.utils.data.Dataset):
+    def __init__(self, batches: Batches):
+        self.batches = batches
 
-    def __init__(self, manifest: dict, tokenizer, seq_len: int, batch_size: int, pad_id: int):
-        from ..data.corpus import hub_documents
+    def __getitem__(self, index: int):
+        return self.batches.whole(index)
 
-        spec = {k[len("corpus_"):]: v for k, v in manifest.items() if k.startswith("corpus_") and k != "corpus_source"}
-        self.budget = manifest["stream"]["budget_tokens"]
-        self.docs = hub_documents(spec, manifest["seed"])
-        self.tokenizer, self.seq_len, self.batch_size, self.pad_id = tokenizer, seq_len, batch_size, pad_id
-        self.next_step, self.tokens, self.pending = 0, 0, []
 
-    def _rows(self, n: int):
-        while len(self.pending) < n:
-            if self.tokens >= self.budget:
-                raise ValueError(f"the stream's budget of {self.budget} tokens is used up")
-            new = document_rows([next(self.docs)], self.tokenizer, self.seq_len)
-            self.tokens += sum(len(r) for r, _ in new)
-            self.pending += new
-        out, self.pending = self.pending[:n], self.pending[n:]
-        return out
-
-    def __call__(self, step: int, rank: int = 0, world: int = 1) -> MicroBatch:
-        while self.next_step < step:  # skip what earlier steps consumed (resume)
-            self._rows(self.batch_size)
-            self.next_step += 1
-        if step != self.next_step:
-            raise ValueError(f"stream batches are read in order: asked for step {step} after {self.next_step - 1}")
-        self.next_step += 1
-        return micro_batch(self._rows(self.batch_size), self.pad_id, rank, world, step)
+def share(whole, rank: int, world: int, index: int) -> MicroBatch:
+    """A whole micro-batch (ids, valid, prompt_lens) with this process's rows marked."""
+    return MicroBatch(*whole, torch.arange(rank, len(whole[0]), world), world, index)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from ..core.attention import position_ids
 from ..core.conventions import Conventions
 from ..core.diffusion import NoisedBatch, chunked_rows, diffusion_loss, forward_aligned, logits_at, noise
-from ..data.corpus import PROMPT_SOURCES, prompt_documents
+from ..data.corpus import document_selection, select_documents
 from .data import MicroBatch
 from .sharding import gathered
 
@@ -199,8 +199,9 @@ class Objective:
         self.run, self.conv, self.seed = run, conv, seed
 
     def documents(self, docs: list[dict]) -> list[dict]:
-        """The corpus documents the run trains on."""
-        return docs
+        """The corpus documents the run trains on: all, or the prompts of the synthetic corpus's
+        sources (``all``, ``code``, ``math``) a distillation run names (a prompt set's file as is)."""
+        return select_documents(docs, document_selection(self.run))
 
     def terms(self, model, teacher, mb: MicroBatch, step: int, generator: torch.Generator) -> dict:
         """Named loss terms of this process's share of a micro-batch (the loss is their sum). Masks
@@ -245,10 +246,6 @@ class Distillation(Objective):
     needs_teacher = True
     teacher_head = True
 
-    def documents(self, docs: list[dict]) -> list[dict]:
-        """Prompts of the synthetic corpus's sources (``all``, ``code``, ``math``), or a prompt set's file as is."""
-        prompts = self.run["distill"]["prompts"]
-        return prompt_documents(docs, prompts) if prompts in PROMPT_SOURCES else docs
 
     def terms(self, model, teacher, mb, step, generator) -> dict:
         run, conv, d = self.run, self.conv, self.run["distill"]

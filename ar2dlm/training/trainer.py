@@ -29,7 +29,8 @@ from ..core.conventions import Conventions
 from ..core.models import load_conventions, save_model
 from ..pipeline.layout import checkpoint_dir, checkpoint_dirs
 from ..provenance import library_versions, read_json, read_jsonl, write_json
-from .data import Batches, StreamBatches, document_rows
+from ..data.token_rows import TokenRows, document_rows
+from .data import Batches, share
 from .objectives import freeze, objective_for
 from .schedule import autocast, lr_at
 from .sharding import barrier, exported_weights, grad_norm_value, load_trainer_state, save_trainer_state, shard
@@ -37,6 +38,7 @@ from .tracking import Tracker
 
 STATE_FILE = "trainer_state.pt"  # the generators and step; written last, with the state/ folder beside it
 STATE_DIR = "state"
+LAUNCH_KEYS = ("activation_checkpointing",)  # training keys that change how a run uses memory, not what it computes
 
 
 def checkpoint_steps(out_dir: Path) -> list[int]:
@@ -93,6 +95,19 @@ def run_conventions(run: dict, tokenizer) -> Conventions:
                        block_size=run["block_size"])
 
 
+def training_batches(corpus_path, objective, tokenizer, seq_len: int, micro: int, seed: int) -> Batches:
+    """The run's micro-batches: pre-tokenised rows (a ``token_rows`` folder, what the pipeline
+    passes; its documents already chosen for the objective), or a JSONL corpus tokenised here."""
+    path = Path(corpus_path)
+    if path.is_dir():
+        rows = TokenRows(path)
+        if rows.index["seq_len"] != seq_len:
+            raise ValueError(f"{path} holds rows of {rows.index['seq_len']} tokens; the run trains on {seq_len}")
+        return Batches(rows, micro, seed, tokenizer.pad_token_id, ordered=rows.index["ordered"])
+    rows = document_rows(objective.documents(read_jsonl(path)), tokenizer, seq_len)
+    return Batches(rows, micro, seed, tokenizer.pad_token_id)
+
+
 def load_teacher(teacher_dir, objective, dtype: str, device):
     """The frozen teacher an objective needs, or None: the decoder alone when only its hidden states
     are read (no vocabulary projection held), in bf16 when the run computes in bf16."""
@@ -113,9 +128,6 @@ def _distributed():
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device(f"cuda:{local}") if torch.cuda.is_available() else torch.device("cpu")
     return world, rank, device
-
-
-LAUNCH_KEYS = ("activation_checkpointing",)  # training keys that change how a run uses memory, not what it computes
 
 
 def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset: str, model_name: str,
@@ -141,11 +153,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     objective = objective_for(run, conv, seed)
     load_conventions(teacher_dir)  # the teacher folder must be one this project wrote
 
-    if str(corpus_path).endswith(".json"):  # a corpus manifest: stream it from its source
-        batches = StreamBatches(read_json(corpus_path), tok, tr["seq_len"], micro, tok.pad_token_id)
-    else:
-        docs = objective.documents(read_jsonl(corpus_path))
-        batches = Batches(document_rows(docs, tok, tr["seq_len"]), micro, seed, tok.pad_token_id)
+    batches = training_batches(corpus_path, objective, tok, tr["seq_len"], micro, seed)
 
     if run["init"] == "ar":
         model = AutoModelForCausalLM.from_pretrained(str(teacher_dir), dtype=torch.float32)
@@ -156,7 +164,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         model.set_attn_implementation("flex_attention")
     teacher = load_teacher(teacher_dir, objective, tr["dtype"], device)
     frozen = freeze(model, run["freeze"])
-    if launch.get("activation_checkpointing", tr.get("activation_checkpointing")):  # recompute each decoder layer's activations in the backward pass
+    if launch.get("activation_checkpointing", tr.get("activation_checkpointing")):  # recompute each layer in backward
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
     # masks and timesteps: one stream, the same on every process, drawn for the whole micro-batch
@@ -191,6 +199,9 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     tracking = tracking or {"backend": "none"}
     tracker = Tracker(tracking["backend"], tracking.get("directory"), tracking.get("project"),
                       f"{model_name}/{run['name']}/seed{seed}", run) if rank == 0 else None
+    # micro-batches from the resumed step on (memory-mapped rows are read ahead by worker processes on GPUs)
+    loader = iter(batches.loader(start * tr["grad_accum"], tr["steps"] * tr["grad_accum"],
+                                 workers=2 if device.type == "cuda" else 0))
     stop_after = launch.get("stop_after_hours")
     stopped_at = None
     for step in bar:
@@ -202,7 +213,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         sums: dict[str, float] = {}
         tokens = 0
         for k in range(tr["grad_accum"]):
-            mb = batches(step * tr["grad_accum"] + k, rank, world).to(device)
+            mb = share(next(loader), rank, world, step * tr["grad_accum"] + k).to(device)
             with autocast(dtype):
                 terms = objective.terms(model, teacher, mb, step, gen)
             loss = sum(terms.values()) / tr["grad_accum"]
@@ -219,9 +230,10 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         tokens_total += tokens
         dt = time.time() - t0
         save_now = (step + 1) % tr["checkpoint_every"] == 0 or step + 1 == tr["steps"]
-        to_next = tr["checkpoint_every"] - (step + 1) % tr["checkpoint_every"]
-        if stop_after is not None and not save_now and segment_ends(t_run, to_next * dt, stop_after, world):
-            save_now = stopped_at = step + 1
+        if stop_after is not None and not save_now:  # one segment of a run longer than a job: stop in time
+            to_next = tr["checkpoint_every"] - (step + 1) % tr["checkpoint_every"]
+            if segment_ends(t_run, to_next * dt, stop_after, world):
+                save_now = stopped_at = step + 1
         if rank == 0:
             row = {"step": step, "loss": sum(sums.values()), **sums, "lr": lr, "grad_norm": float(grad_norm),
                    "tokens": tokens, "tokens_per_s": round(tokens / dt, 1), "step_s": round(dt, 4)}
