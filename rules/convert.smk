@@ -28,6 +28,6 @@ rule convert:
     conda:
         "../envs/ar2dlm.yaml"
     shell:
-        "{params.launcher} -m ar2dlm.training.convert_run --run {params.run:q} --teacher {input.teacher:q} "
+        "{params.launcher} -m ar2dlm.training.convert_run --settings {params.run:q} --teacher {input.teacher:q} "
         "--corpus {input.corpus:q} --out {output:q} --seed {wildcards.seed} --preset {params.preset} "
-        "--model {wildcards.model} --log {log:q} --threads {threads} --launch {params.launch:q}"
+        "--model {wildcards.model} --job-log {log:q} --threads {threads} --launch {params.launch:q}"

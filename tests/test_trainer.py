@@ -313,8 +313,12 @@ def test_a_run_planned_in_segments_stops_with_a_checkpoint_and_its_retry_finishe
     from ar2dlm.training.convert_run import SEGMENT_DONE, main
 
     run = run_cfg("mdlm", steps=8, checkpoint_every=4)
-    args = ["--run", json.dumps(run), "--teacher", str(setup / "teacher"), "--corpus", str(setup / "corpus.jsonl"),
+    args = ["--settings", json.dumps(run), "--teacher", str(setup / "teacher"), "--corpus", str(setup / "corpus.jsonl"),
             "--out", str(tmp_path / "seg" / "train.json"), "--seed", "0", "--preset", "smoke", "--model", "tiny"]
+    from torch.distributed.run import get_args_parser  # the command line passes through torchrun's parser intact
+
+    launched = get_args_parser().parse_args(["--nproc_per_node=2", "-m", "ar2dlm.training.convert_run", *args])
+    assert launched.training_script_args == args
     with pytest.raises(SystemExit) as stop:
         main(args + ["--launch", json.dumps({"stop_after_hours": 1e-9})])
     assert stop.value.code == SEGMENT_DONE

@@ -21,14 +21,15 @@ SEGMENT_DONE = 75  # EX_TEMPFAIL: a segment of a run planned in several ended
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--run", required=True, help="resolved run settings as JSON")
+    # no option here is a prefix of a torchrun option (--run, --log would be taken as torchrun's --run-path, --log-dir)
+    ap.add_argument("--settings", required=True, help="resolved run settings as JSON")
     ap.add_argument("--teacher", required=True)
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--out", required=True, help="the run's manifest (train.json); checkpoints go beside it")
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--preset", required=True)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--log", default=None)
+    ap.add_argument("--job-log", default=None)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--launch", default="{}", help="launch choices as JSON (activation_checkpointing, shard_teacher, "
                     "stop_after_hours): how the run uses its GPUs, not what it computes")
@@ -36,10 +37,10 @@ def main(argv: list[str] | None = None) -> None:
                     "(default: what the workflow exported)")
     a = ap.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
-    if a.log:
-        log_to(a.log if rank == 0 else f"{a.log}.rank{rank}", a.threads)
+    if a.job_log:
+        log_to(a.job_log if rank == 0 else f"{a.job_log}.rank{rank}", a.threads)
     out = Path(a.out)
-    info = train_run(json.loads(a.run), a.teacher, a.corpus, out.parent, seed=a.seed, preset=a.preset,
+    info = train_run(json.loads(a.settings), a.teacher, a.corpus, out.parent, seed=a.seed, preset=a.preset,
                      model_name=a.model, launch=json.loads(a.launch), tracking=json.loads(a.tracking) if a.tracking else exported())
     if info["stopped_at"] is not None:
         print(f"stopped after step {info['stopped_at']} of {info['steps']} with a checkpoint, before the job's time "

@@ -25,14 +25,17 @@ def decoder_layers(model) -> list:
 
 
 def shard(model, training: dict) -> None:
-    """Shard ``model`` in place across the process group: one FSDP unit per decoder layer, then the root."""
+    """Shard ``model`` in place across the process group: one FSDP unit per decoder layer, then the
+    root. A decoder without its LM head (a teacher read for hidden states) keeps its class:
+    transformers records hidden states by the model's class name, which ``fully_shard`` on the root
+    would change, so its embeddings are a unit of their own instead."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if training["dtype"] == "bf16" else torch.float32,
                                   reduce_dtype=torch.float32)
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+    fully_shard(model if hasattr(model, "lm_head") else model.embed_tokens, mp_policy=policy)
 
 
 def is_sharded(model) -> bool:
