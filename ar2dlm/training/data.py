@@ -1,8 +1,10 @@
-"""Conversion data: one document per row (prompt = block 0, never masked; completion = response),
-batched deterministically so a resumed run sees exactly the batches of an uninterrupted one.
+"""Conversion micro-batches: rows (one document per row, prompt = block 0, never masked; see
+``ar2dlm.data.token_rows``) batched deterministically, so a resumed run sees exactly the batches of
+an uninterrupted one and seeks to them directly.
 
-A micro-batch is the same on every process: each process draws the random masks of all its rows
-and trains on its share (``MicroBatch.rows``), so masks do not depend on the number of processes."""
+A micro-batch is the same on every process: each reads the whole micro-batch's rows (ids only, a
+few KB), draws the random masks of all of them and trains on its share (``MicroBatch.rows``), so
+masks do not depend on the number of processes."""
 
 from __future__ import annotations
 
