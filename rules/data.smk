@@ -107,6 +107,9 @@ rule token_rows:
         tokenizer=layout.tokenizer_dir(),
     output:
         directory(layout.token_rows_dir()),
+    # every conversion waits on these rows: scheduled before any ready single-core job, since a
+    # multi-core job left waiting for free cores would otherwise idle the cores it does not hold
+    priority: 50
     threads: 4
     log:
         layout.log_path("data/token_rows_{source}_{selection}_len{seq_len}"),

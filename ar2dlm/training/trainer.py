@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from ..core.attention import set_training_attention
 from ..core.conventions import Conventions
 from ..core.models import load_conventions, save_model
 from ..pipeline.layout import checkpoint_dir, checkpoint_dirs
@@ -160,8 +161,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     else:
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(teacher_dir)), dtype=torch.float32)
-    if device.type == "cuda":  # block and 2L masks as flex attention BlockMasks (the dense route is for CPU)
-        model.set_attn_implementation("flex_attention")
+    set_training_attention(model, device)
     teacher = load_teacher(teacher_dir, objective, tr["dtype"], device)
     frozen = freeze(model, run["freeze"])
     if launch.get("activation_checkpointing", tr.get("activation_checkpointing")):  # recompute each layer in backward
