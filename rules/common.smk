@@ -25,6 +25,7 @@ from ar2dlm.pipeline.jobs import (armap_domains, armap_jobs, conversion_corpus, 
                                   eval_jobs, token_rows_source)
 from ar2dlm.evaluation.suite import BENCHMARK_KINDS
 from ar2dlm.plan.memory import plan_jobs, unfit
+from ar2dlm.plan.one_gpu import plan_one_gpu_jobs, unfit_one_gpu
 from ar2dlm.reporting.armap import armap_report_inputs
 from ar2dlm.reporting.claims import claim_inputs
 from ar2dlm.reporting.tables import study_inputs
@@ -46,9 +47,10 @@ except ConfigError as exc:
 PLANS = {}  # conversion launches planned for config["cluster"] (python -m ar2dlm.plan prints them)
 if config.get("cluster"):
     PLANS = {p.job: p for p in plan_jobs(config)}
-    if unfit(list(PLANS.values())):
-        raise WorkflowError("conversion jobs that fit no launch on the config's cluster (python -m ar2dlm.plan "
-                            "prints every estimate):\n  " + "\n  ".join(unfit(list(PLANS.values()))))
+    _unfit = unfit(list(PLANS.values())) + unfit_one_gpu(plan_one_gpu_jobs(config), config["cluster"]["gpu_memory_gb"])
+    if _unfit:
+        raise WorkflowError("jobs that do not fit the config's cluster (python -m ar2dlm.plan prints every "
+                            "estimate):\n  " + "\n  ".join(_unfit))
 export_tracking({**config["tracking"], "directory": layout.tracking_dir(config["tracking"]["backend"])})
 
 MODELS = list(config["models"])

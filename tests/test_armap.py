@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from ar2dlm.armap.merge import add_scaled, dare, task_vector, ties, trim
-from ar2dlm.armap.spectra import matrix_stats, spectra_table
+from ar2dlm.armap.merge import add_scaled, dare, merged_vector, stream_merge, task_vector, ties, trim
+from ar2dlm.armap.spectra import matrix_stats, spectra_table, streamed_spectra
 from ar2dlm.core.conventions import Conventions
-from ar2dlm.core.models import build_qwen3, load_model, save_model
+from ar2dlm.core.models import CheckpointError, FolderWeights, build_qwen3, load_model, save_model
 from ar2dlm.training.teacher import ar_conventions
 
 ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -128,23 +128,79 @@ def test_gamma_search_uses_common_random_numbers_and_writes_a_decodable_dlm(mode
     assert stats["decoder"] == "dlm" and stats["block_size"] == 4
 
 
-def test_ar_dpo_with_trl_raises_held_out_reward_accuracy(models, tmp_path):
+LORA = {"r": 4, "alpha": 8}
+
+
+def _check_lora_delta(base_dir, dpo_dir, r: int) -> None:
+    """A merged LoRA changes only the adapted linear layers, each by a delta of rank at most r."""
+    base, tuned = FolderWeights(base_dir), FolderWeights(dpo_dir)
+    changed = []
+    for n in base.names():
+        delta = tuned[n].float() - base[n].float()
+        if n.endswith("proj.weight"):
+            changed.append(bool(delta.abs().max() > 0))
+            assert torch.linalg.matrix_rank(delta, atol=1e-6) <= r
+        else:  # embeddings and norms are not adapted
+            assert torch.equal(tuned[n], base[n]), n
+    assert all(changed)
+
+
+@pytest.mark.parametrize("lora", [None, LORA], ids=["full", "lora"])
+def test_ar_dpo_with_trl_raises_held_out_reward_accuracy(models, tmp_path, lora):
     from ar2dlm.armap.dpo import train_dpo
 
     rows = _pairs(40)
-    cfg = {"beta": 0.1, "steps": 30, "lr": 3e-3, "batch_size": 8, "max_length": 128}
+    cfg = {"beta": 0.1, "steps": 30, "lr": 3e-3, "batch_size": 8, "max_length": 128, "lora": lora}
     info = train_dpo(models / "ar", rows[:32], rows[32:], tmp_path / "dpo", cfg, seed=0, domains=["math"])
     assert info["reward_accuracy_before"] == 0.0 and info["reward_accuracy"] > 0.5
     assert load_model(tmp_path / "dpo").info["method"] == "ar_dpo"
+    if lora:
+        _check_lora_delta(models / "ar", tmp_path / "dpo", lora["r"])
 
 
-def test_dlm_dpo_learns_its_training_pairs(models, tmp_path):
+@pytest.mark.parametrize("lora", [None, LORA], ids=["full", "lora"])
+def test_dlm_dpo_learns_its_training_pairs(models, tmp_path, lora):
     from ar2dlm.armap.dpo import train_dpo
 
     rows = _pairs(16)
-    cfg = {"beta": 0.5, "steps": 30, "lr": 3e-3, "batch_size": 8, "max_length": 128, "elbo_samples": 4,
-           "eval_elbo_samples": 4}
+    cfg = {"beta": 0.5, "steps": 30, "lr": 3e-3, "batch_size": 8, "grad_accum": 2, "max_length": 128,
+           "elbo_samples": 4, "eval_elbo_samples": 4, "lora": lora}
     info = train_dpo(models / "dlm", rows, rows, tmp_path / "dpo", cfg, seed=0, domains=["math"])
     assert info["reward_accuracy_before"] == 0.0 and info["reward_accuracy"] > 0.6
     losses = [r["loss"] for r in info["log"] if "loss" in r]  # TRL's log, every 10 steps
     assert losses[-1] < losses[0]
+    if lora:
+        _check_lora_delta(models / "dlm", tmp_path / "dpo", lora["r"])
+
+
+@pytest.mark.parametrize("merge,options", [("task_arithmetic", {}), ("ties", {"density": 0.2}), ("dare", {"p": 0.5})])
+def test_streamed_merge_equals_the_state_dict_merge(models, merge, options):
+    """Merging tensor by tensor from the folders gives the in-memory merge (DARE's draws in the
+    folders' tensor order)."""
+    ar, dpo, dlm = (FolderWeights(models / k) for k in ("ar", "dpo", "dlm"))
+    tau = {n: dpo[n].float() - ar[n].float() for n in ar.names()}
+    expected = add_scaled({n: dlm[n] for n in dlm.names()}, merged_vector(tau, merge, options, seed=3), 2.0)
+    model = load_model(models / "dlm", device="cpu").model
+    stream_merge(model, dlm, dpo, ar, 2.0, merge, options, seed=3)
+    state = model.state_dict()
+    assert all(torch.allclose(state[n], expected[n], atol=1e-6) for n in expected)
+    stream_merge(model, dlm, dpo, ar, 0.0, merge, options, seed=3)
+    assert all(torch.equal(state[n], dlm[n]) for n in dlm.names())  # gamma 0: the DLM itself
+
+
+def test_streamed_spectra_equal_the_in_memory_table(models):
+    ar, dpo, dlm = (FolderWeights(models / k) for k in ("ar", "dpo", "dlm"))
+    pref = {n: dpo[n].float() - ar[n].float() for n in ar.names()}
+    diff = {n: ar[n].float() - dlm[n].float() for n in ar.names()}
+    streamed = streamed_spectra(ar, dpo, dlm)
+    assert len(streamed) == sum(t.dim() == 2 for t in pref.values()) > 0
+    assert streamed.equals(spectra_table(pref, diff))
+
+
+def test_folder_weights_name_missing_and_mismatched_weights(models, smoke_tokenizer, tmp_path):
+    with pytest.raises(CheckpointError, match="no model.safetensors"):
+        FolderWeights(tmp_path)
+    wide = build_qwen3(dict(ARCH, hidden_size=64, init_seed=0), smoke_tokenizer[0])
+    save_model(wide, smoke_tokenizer[0], tmp_path / "wide", {"method": "test"})
+    with pytest.raises(ValueError, match=r"differ in weights: .*\(\d+, 32\) vs \(\d+, 64\)"):
+        FolderWeights(models / "ar").check_matches(FolderWeights(tmp_path / "wide"))

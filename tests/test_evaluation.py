@@ -159,6 +159,43 @@ def test_harness_loglikelihood_is_the_exact_ar_log_prob(arith_teacher):
     assert "." not in text[0] and len(text[0]) > 0
 
 
+def test_harness_generates_in_batches_as_it_does_one_by_one(arith_teacher):
+    """Batched generate_until returns, in request order, what one request at a time returns; a
+    task's max_gen_toks above the configured cap is cut to the cap, in whole decoding blocks."""
+    from lm_eval.api.instance import Instance
+
+    from ar2dlm.evaluation.harness import HarnessLM
+
+    root, items = arith_teacher
+    prompts = [it["prompt"] for it in items[:6]]
+    for kind in ("ar", "dlm"):
+        def run(batch_size, max_gen_toks, task_toks):
+            lm = HarnessLM(str(root / kind), batch_size=batch_size, max_gen_toks=max_gen_toks, device="cpu")
+            reqs = [Instance("generate_until", {}, (p, {"until": ["\n\n"], "max_gen_toks": task_toks}), i)
+                    for i, p in enumerate(prompts)]
+            return lm, lm.generate_until(reqs)
+
+        lm, batched = run(4, 16, 32768)
+        assert lm.generation_length({"max_gen_toks": 32768}) == 16
+        assert lm.generation_length({"max_gen_toks": 6}) == (8 if kind == "dlm" else 6)  # dlm: blocks of 4
+        assert batched == run(1, 16, 16)[1]
+        assert any(batched) and all(len(lm.tokenizer(t)["input_ids"]) <= 16 for t in batched)
+
+
+def test_devices_resolve_and_a_missing_gpu_is_named(arith_teacher):
+    import torch
+
+    from ar2dlm.core.models import load_model, resolve_device
+
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert load_model(arith_teacher[0] / "ar", device="cpu").model.device.type == "cpu"
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="device: cuda is configured but this job sees no CUDA device"):
+            resolve_device("cuda")
+
+
 def test_maths_answer_extraction():
     from ar2dlm.evaluation.maths import extract_answer
 

@@ -12,6 +12,7 @@ import yaml
 from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.plan.__main__ import main
 from ar2dlm.plan.memory import GB, QWEN3_SHAPES, Launch, estimate, peak, plan_jobs, unfit
+from ar2dlm.plan.one_gpu import dpo_parts, plan_one_gpu_jobs, unfit_one_gpu
 from ar2dlm.pipeline.runs import resolve_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,7 +76,8 @@ def test_a_job_the_cluster_cannot_hold_stops_the_dag_build(tmp_path):
     override.write_text(yaml.safe_dump({"preset": "paper", "cluster": {**paper()["cluster"], "gpu_memory_gb": 12}}))
     proc = run_snakemake(["-n", "all_tables", "--configfile", str(PAPER), str(override)], tmp_path, timeout=120)
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "qwen3_8b/ed:" in out and "fit no launch" in out
+    assert proc.returncode != 0 and "do not fit the config's cluster" in out
+    assert "qwen3_8b/ed:" in out and "gamma_search/qwen3_8b: needs 66 GB on one GPU" in out
 
 
 def test_peak_is_the_larger_phase():
@@ -83,3 +85,23 @@ def test_peak_is_the_larger_phase():
              "masks": 0.0}
     assert peak(parts) == 8.5
     assert peak({**parts, "rollout": 10.0}) == 13.5 and GB == 1e9
+
+
+def test_evaluation_and_armap_jobs_fit_one_80gb_gpu_and_the_unfit_are_named():
+    config = paper()
+    jobs = plan_one_gpu_jobs(config)
+    assert {"evaluate/qwen3_8b/aime24", "evaluate/qwen3_8b/gpqa_diamond", "dpo_teacher/qwen3_8b", "dlm_dpo/qwen3_8b",
+            "armap_spectra/qwen3_8b", "gamma_search/qwen3_8b"} <= {j.job for j in jobs}
+    assert all(j.fits for j in jobs), [j.job for j in jobs if not j.fits]
+    small = {**config, "cluster": {**config["cluster"], "gpu_memory_gb": 40}}
+    lines = unfit_one_gpu(plan_one_gpu_jobs(small), 40)
+    assert any(line.startswith("gamma_search/qwen3_8b: needs 66 GB on one GPU, over 90% of 40 GB") for line in lines)
+    assert not any(line.startswith("dpo_teacher/") for line in lines)  # LoRA DPO of 8B fits 40 GB
+
+
+def test_lora_is_what_fits_8b_dpo_on_one_gpu():
+    shape, cfg = QWEN3_SHAPES["Qwen/Qwen3-8B-Base"], paper()["armap"]["dpo"]
+    lora, full = dpo_parts(shape, cfg, False), dpo_parts(shape, {**cfg, "lora": None}, False)
+    assert sum(full.values()) / GB > 130 > 80 > 30 > sum(lora.values()) / GB  # fp32 weights, gradients, AdamW: 16 B/param
+    assert full["reference"] == 0  # a causal model's reference log-probabilities are precomputed
+    assert dpo_parts(shape, {**cfg, "lora": None}, True)["reference"] == 4 * shape.params

@@ -98,7 +98,8 @@ class EndsAt(torch.nn.Module):
     def forward(self, **kw):
         self.rows.append(kw["input_ids"].shape[0])
         out = self.inner(**kw)
-        out.logits[..., EOS] += 100.0 * (kw["position_ids"] >= self.at)
+        pos = kw["position_ids"] if kw.get("logits_to_keep") is None else kw["position_ids"][:, kw["logits_to_keep"]]
+        out.logits[..., EOS] += 100.0 * (pos >= self.at)
         return out
 
 

@@ -7,6 +7,13 @@ Carlo ELBO (:func:`ar2dlm.core.likelihood.elbo_terms`), whose masks are drawn fr
 seeded by the training step and the sequences themselves, so the policy and the frozen reference
 score each sequence under the same masks (VRPO's variance reduction: the mask noise cancels in the
 log-ratio). TRL's DPO loss, optimizer, schedule and metrics are used as they are.
+
+With ``lora`` in the config (the paper preset's default, as AR-MAP's own recipe) TRL trains a peft
+LoRA adapter over the frozen weights (bf16 on a GPU), the reference is the policy with its adapter
+disabled, and the saved model is the adapter merged in fp32: the preference vector is the merged
+LoRA delta. Full DPO of a causal model precomputes the reference log-probabilities (TRL's
+``precompute_ref_log_probs``), so no reference copy stays in memory; full DPO of a DLM keeps a frozen
+reference, since its ELBO masks change every step.
 """
 
 from __future__ import annotations
@@ -24,16 +31,30 @@ from ..provenance import library_versions
 FIELDS = ("prompt", "chosen", "rejected")
 
 
-def dpo_args(cfg: dict, seed: int, output_dir: str):
-    """TRL's DPOConfig from a dpo section of the config (fp32 on CPU, bf16 on GPU)."""
+def dpo_args(cfg: dict, seed: int, output_dir: str, precompute_ref: bool = False):
+    """TRL's DPOConfig from a dpo section of the config (fp32 on CPU; bf16 and gradient checkpointing
+    on GPU; ``batch_size`` split into ``grad_accum`` micro-batches)."""
     from trl import DPOConfig
 
     gpu = torch.cuda.is_available()
+    accum = cfg.get("grad_accum", 1)
     return DPOConfig(output_dir=output_dir, beta=cfg["beta"], max_steps=cfg["steps"], learning_rate=cfg["lr"],
-                     per_device_train_batch_size=cfg["batch_size"], per_device_eval_batch_size=cfg["batch_size"],
+                     per_device_train_batch_size=cfg["batch_size"] // accum, gradient_accumulation_steps=accum,
+                     per_device_eval_batch_size=cfg["batch_size"] // accum, activation_checkpointing=gpu,
                      lr_scheduler_type="cosine", warmup_steps=max(1, cfg["steps"] // 10),
                      max_length=cfg["max_length"], logging_steps=10, save_strategy="no", eval_strategy="no",
-                     report_to=[], use_cpu=not gpu, bf16=gpu, seed=seed, data_seed=seed)
+                     precompute_ref_log_probs=precompute_ref, report_to=[], use_cpu=not gpu, bf16=gpu, seed=seed,
+                     data_seed=seed)
+
+
+def lora_config(lora: dict | None):
+    """peft's LoraConfig from the config's ``lora`` section (None: full DPO)."""
+    if not lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora.get("dropout", 0.0),
+                      target_modules=lora.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
 
 
 def _dataset(rows):
@@ -56,13 +77,17 @@ class _ElboOutput:
 
 
 def make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, output_dir):
-    """TRL's DPOTrainer for a causal model, ``DLMDPOTrainer`` for a DLM (``conv`` says which)."""
+    """TRL's DPOTrainer for a causal model, ``DLMDPOTrainer`` for a DLM (``conv`` says which); a
+    LoRA adapter when ``cfg`` has ``lora``; with neither LoRA nor ``ref``, the reference
+    log-probabilities are precomputed."""
     from trl import DPOTrainer
 
     cls = DPOTrainer if not conv.is_diffusion else _dlm_trainer_class()
     kwargs = {} if not conv.is_diffusion else {"conventions": conv, "elbo_samples": cfg["elbo_samples"]}
-    return cls(model=model, ref_model=ref, args=dpo_args(cfg, seed, output_dir), train_dataset=_dataset(train_rows),
-               eval_dataset=_dataset(eval_rows), processing_class=tok, **kwargs)
+    precompute = ref is None and not cfg.get("lora")
+    return cls(model=model, ref_model=ref, args=dpo_args(cfg, seed, output_dir, precompute),
+               train_dataset=_dataset(train_rows), eval_dataset=_dataset(eval_rows), processing_class=tok,
+               peft_config=lora_config(cfg.get("lora")), **kwargs)
 
 
 def _dlm_trainer_class():
@@ -74,8 +99,12 @@ def _dlm_trainer_class():
         def __init__(self, *args, conventions, elbo_samples: int, **kwargs):
             super().__init__(*args, **kwargs)
             self.conv, self.elbo_samples = conventions, elbo_samples
-            for m in (self.model, self.ref_model):
-                self._add_elbo_head(m)
+            from peft import PeftModel
+
+            # TRL's fused head sits on the base model under a LoRA adapter, and so does this one
+            self._add_elbo_head(self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model)
+            if self.ref_model is not None:
+                self._add_elbo_head(self.ref_model)
 
         def _mask_seed(self, input_ids) -> int:
             """Seed of the masks of one batch: the training step and the sequences themselves, so the
@@ -107,30 +136,49 @@ def train_dpo(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir,
     preference pairs; saves an HF folder with the model's conventions and the provenance: TRL's
     log, and the held-out reward accuracy before and after (for a DLM, scored with the core ELBO on
     ``eval_elbo_samples`` masks, as AR-MAP's gamma search scores it)."""
-    model, tok, conv, info = load_model(model_dir, dtype=torch.float32)
-    ref = load_model(model_dir, dtype=torch.float32).model.eval().requires_grad_(False)
+    lora = cfg.get("lora")
+    gpu = torch.cuda.is_available()
+    model, tok, conv, info = load_model(model_dir, dtype=torch.bfloat16 if lora and gpu else torch.float32)
+    # the reference: the adapter disabled (LoRA), precomputed log-probabilities (full DPO of a causal
+    # model) or a frozen copy (full DPO of a DLM)
+    ref = load_model(model_dir, dtype=torch.float32).model.eval().requires_grad_(False) \
+        if conv.is_diffusion and not lora else None
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, tmp)
         if conv.is_diffusion:
-            from .gamma import reward_accuracy
+            from .gamma import reference_scores, reward_accuracy
 
-            score = lambda m: reward_accuracy(m, ref, conv, eval_rows, tok, beta=cfg["beta"],  # noqa: E731
+            # scored before training, when the policy is still the reference
+            refs = reference_scores(model, conv, eval_rows, tok, n_samples=cfg["eval_elbo_samples"], seed=seed)
+            score = lambda m: reward_accuracy(m, conv, eval_rows, tok, refs, beta=cfg["beta"],  # noqa: E731
                                               n_samples=cfg["eval_elbo_samples"], seed=seed)
-            before = score(ref)
+            before = score(model)
+            trainer = make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, tmp)
             trainer.train()
-            model.eval()
-            after, eval_loss = score(model), None
+            trained = _merged(trainer.model)
+            after, eval_loss = score(trained), None
         else:
+            trainer = make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, tmp)
             before = trainer.evaluate()["eval_rewards/accuracies"]
             trainer.train()
             result = trainer.evaluate()
             after, eval_loss = result["eval_rewards/accuracies"], result["eval_loss"]
+            trained = _merged(trainer.model)
         log = trainer.state.log_history
     provenance = {**conv.to_dict(), "method": "dlm_dpo" if conv.is_diffusion else "ar_dpo",
                   "base_model": str(model_dir), "domains": domains, "seed": seed, "dpo": cfg,
                   "train_pairs": len(train_rows), "eval_pairs": len(eval_rows),
                   "reward_accuracy_before": before, "reward_accuracy": after, "eval_loss": eval_loss,
                   "wall_seconds": round(time.time() - t0, 1), "log": log, "versions": library_versions()}
-    save_model(trainer.model, tok, out_dir, provenance)
+    save_model(trained, tok, out_dir, provenance)
     return provenance
+
+
+def _merged(model):
+    """The trained model as plain weights: a LoRA adapter merged in fp32 (bf16 weights plus a small
+    delta would round the delta away), else the model itself."""
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):
+        model = model.to(torch.float32).merge_and_unload()
+    return model.eval()

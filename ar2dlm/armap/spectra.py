@@ -41,18 +41,29 @@ def describe(name: str) -> tuple[int | None, str]:
     return (int(m.group(1)) if m else None), (name.split(".")[-2] if module in ("attention", "mlp") else module)
 
 
+def _row(name: str, pref: torch.Tensor, diffusion: torch.Tensor, top_k: int) -> dict:
+    layer, module = describe(name)
+    a, b = matrix_stats(pref, top_k), matrix_stats(diffusion, top_k)
+    return {"parameter": name, "layer": layer, "module": module, "module_type": MODULE_TYPES.get(module, module),
+            **{f"pref_{k}": v for k, v in a.items()}, **{f"diffusion_{k}": v for k, v in b.items()},
+            "shadowing_ratio": b["spectral_norm"] / a["spectral_norm"] if a["spectral_norm"] else float("inf")}
+
+
 def spectra_table(tau_pref: dict, tau_diffusion: dict, top_k: int = 8) -> pd.DataFrame:
     """One row per 2-D weight matrix with both vectors' statistics and the shadowing ratio."""
+    return pd.DataFrame([_row(name, t, tau_diffusion[name], top_k) for name, t in tau_pref.items() if t.dim() == 2])
+
+
+def streamed_spectra(ar, dpo, dlm, top_k: int = 8, device="cpu") -> pd.DataFrame:
+    """:func:`spectra_table` of tau_pref = dpo - ar and tau_diffusion = ar - dlm from three folders'
+    weights (``FolderWeights``), one matrix at a time (on ``device``): host memory holds the
+    matrices of one parameter, not the models."""
     rows = []
-    for name, t in tau_pref.items():
-        if t.dim() != 2:
+    for name in ar.names():
+        if len(ar.shapes[name]) != 2:
             continue
-        layer, module = describe(name)
-        a, b = matrix_stats(t, top_k), matrix_stats(tau_diffusion[name], top_k)
-        rows.append({"parameter": name, "layer": layer, "module": module,
-                     "module_type": MODULE_TYPES.get(module, module),
-                     **{f"pref_{k}": v for k, v in a.items()}, **{f"diffusion_{k}": v for k, v in b.items()},
-                     "shadowing_ratio": b["spectral_norm"] / a["spectral_norm"] if a["spectral_norm"] else float("inf")})
+        w = ar[name].to(device, torch.float32)
+        rows.append(_row(name, dpo[name].to(device, torch.float32) - w, w - dlm[name].to(device, torch.float32), top_k))
     return pd.DataFrame(rows)
 
 

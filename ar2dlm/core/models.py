@@ -85,6 +85,47 @@ def load_conventions(model_dir: str | Path) -> dict:
     return read_json(path)
 
 
+class FolderWeights:
+    """A model folder's weights read one tensor at a time from its safetensors files (one file or
+    an index of shards), memory-mapped by safetensors: task vectors, spectra and merges of an 8B
+    model then hold a few tensors in host memory, never the model. Names are the files' own (a
+    tied ``lm_head`` is stored once, as the embedding)."""
+
+    def __init__(self, model_dir: str | Path):
+        from safetensors import safe_open
+
+        self.dir = Path(model_dir)
+        index, single = self.dir / "model.safetensors.index.json", self.dir / "model.safetensors"
+        if index.is_file():
+            files = {name: self.dir / f for name, f in read_json(index)["weight_map"].items()}
+        elif single.is_file():
+            with safe_open(single, "pt") as f:
+                files = dict.fromkeys(f.keys(), single)
+        else:
+            raise CheckpointError(f"{self.dir} has no model.safetensors or model.safetensors.index.json")
+        self.files = dict(sorted(files.items()))
+        self.shapes = {}
+        for file in set(self.files.values()):
+            with safe_open(file, "pt") as f:
+                self.shapes.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
+
+    def names(self) -> list[str]:
+        return list(self.files)
+
+    def __getitem__(self, name: str):
+        from safetensors import safe_open
+
+        with safe_open(self.files[name], "pt") as f:
+            return f.get_tensor(name)
+
+    def check_matches(self, other: "FolderWeights") -> None:
+        """Raise, naming the first differences, unless both folders hold the same tensor names and shapes."""
+        if self.shapes != other.shapes:
+            diff = sorted(n for n in set(self.shapes) | set(other.shapes) if self.shapes.get(n) != other.shapes.get(n))
+            raise ValueError(f"{self.dir} and {other.dir} differ in weights: "
+                             + ", ".join(f"{n} {self.shapes.get(n)} vs {other.shapes.get(n)}" for n in diff[:5]))
+
+
 class LoadedModel(NamedTuple):
     model: object
     tokenizer: object
@@ -92,8 +133,27 @@ class LoadedModel(NamedTuple):
     info: dict  # the whole JSON beside the weights: conventions and provenance
 
 
-def load_model(model_dir: str | Path, dtype=None) -> LoadedModel:
-    """Load model, tokenizer and decoding conventions from a folder this project wrote."""
+DEVICES = ("auto", "cpu", "cuda")  # the config's device values (auto: the job's GPU when it has one)
+
+
+def resolve_device(device: str | None = "auto"):
+    """The torch device a job runs its model on: ``auto`` (or None) is the first GPU the job sees
+    (SLURM sets CUDA_VISIBLE_DEVICES to the GPUs it granted) and the CPU without one."""
+    import torch
+
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r} (known: {', '.join(DEVICES)})")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device: cuda is configured but this job sees no CUDA device (check the job's GPU "
+                           "request and CUDA_VISIBLE_DEVICES, or set device: auto)")
+    return torch.device(device)
+
+
+def load_model(model_dir: str | Path, dtype=None, device: str | None = "auto") -> LoadedModel:
+    """Load model, tokenizer and decoding conventions from a folder this project wrote, on
+    ``device`` (see :func:`resolve_device`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not Path(model_dir).is_dir():
@@ -101,6 +161,6 @@ def load_model(model_dir: str | Path, dtype=None) -> LoadedModel:
     info = load_conventions(model_dir)
     conv = Conventions.from_dict(info)
     kwargs = {"dtype": dtype} if dtype is not None else {}
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs).to(resolve_device(device))
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     return LoadedModel(model, tokenizer, conv, info)

@@ -183,10 +183,11 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
                     logits = torch.cat([carry, logits[:, :-1]], 1)
             else:
                 width = end if mode == "block" else P + gen_length
-                out = model(input_ids=ids[:, :width], position_ids=pos[:, :width],
-                            attention_mask=full_mask[:, :, :width, :width])
                 lo = start - 1 if conv.shift else start
-                logits = out.logits[:, lo:lo + block_size]
+                # logits of the block only: the whole canvas's would be rows x width x vocabulary
+                logits = model(input_ids=ids[:, :width], position_ids=pos[:, :width],
+                               attention_mask=full_mask[:, :, :width, :width],
+                               logits_to_keep=torch.arange(lo, lo + block_size, device=device)).logits
             stats.nfe += 1
             stats.steps += int(still.any(1).sum())
             # The mask token is never a decoded token: each step then fills at least one position.

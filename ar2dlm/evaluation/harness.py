@@ -5,7 +5,10 @@
   no left-to-right greedy continuation, so it reports whether every continuation token is the
   argmax when that token alone is masked (one forward per request).
 - ``loglikelihood_rolling``: the same, of the whole text after an end-of-text token.
-- ``generate_until``: the model's own sampler (AR generation or block decoding), cut at ``until``.
+- ``generate_until``: the model's own sampler (AR generation or block decoding), ``batch_size``
+  requests at a time (grouped by generation settings, longest prompt first), cut at ``until``. A
+  task's own ``max_gen_toks`` is capped at the class's ``max_gen_toks`` (the config's; lm-eval's
+  ``aime24`` asks for 32768, past a Base model's context when every step sees the whole canvas).
 
 Use from Python (``lm_eval.simple_evaluate(model=HarnessLM(path), tasks=[...])``) or, once this
 module is imported, ``lm_eval --model ar2dlm --model_args pretrained=<model dir>``.
@@ -24,13 +27,15 @@ from ..core.sampling import generate
 
 @register_model("ar2dlm")
 class HarnessLM(LM):
+    MAX_GEN_TOKS = 256  # lm-eval's own default for a model class
+
     def __init__(self, pretrained: str, batch_size: int | str = 16, elbo_samples: int = 32, threshold: float = 0.9,
-                 block_size: int | None = None, max_gen_toks: int = 256, seed: int = 0,
-                 dtype: torch.dtype | str | None = None, **kwargs):
+                 block_size: int | None = None, max_gen_toks: int = MAX_GEN_TOKS, seed: int = 0,
+                 dtype: torch.dtype | str | None = None, device: str = "auto", **kwargs):
         super().__init__()
         if isinstance(dtype, str):  # from lm-eval's model_args, e.g. dtype=bfloat16
             dtype = getattr(torch, dtype)
-        self.model, self.tokenizer, self.conv, _ = load_model(pretrained, dtype=dtype)
+        self.model, self.tokenizer, self.conv, _ = load_model(pretrained, dtype=dtype, device=device)
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16
         self.elbo_samples, self.threshold, self.seed = int(elbo_samples), float(threshold), int(seed)
         self.block_size = int(block_size) if block_size not in (None, "None") else None
@@ -80,24 +85,36 @@ class HarnessLM(LM):
         pairs = [([self.conv.eos_token_id], self._encode("", r.args[0])[1]) for r in requests]
         return [s for s, _ in self._score(pairs)]
 
+    def generation_length(self, kwargs: dict) -> int:
+        """Tokens to generate for a request: the task's ``max_gen_toks`` capped at the configured
+        one, rounded up to whole decoding blocks for a DLM."""
+        n = min(int(kwargs.get("max_gen_toks", self.max_gen_toks)), self.max_gen_toks)
+        block = self.conv.block_size or self.block_size
+        return -(-n // block) * block if self.conv.is_diffusion and block else n
+
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        out = []
-        for r in requests:
+        groups: dict[tuple[int, float], list] = {}  # one generate call per (length, temperature)
+        for i, r in enumerate(requests):
             context, kwargs = r.args
             until = kwargs.get("until") or []
-            until = [until] if isinstance(until, str) else until
-            n = int(kwargs.get("max_gen_toks", self.max_gen_toks))
-            block = self.conv.block_size or self.block_size
-            if self.conv.is_diffusion and block:
-                n = -(-n // block) * block  # decode whole blocks
-            prompt = self._encode(context, "")[0]
             temperature = float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample") else 0.0
-            ids, _ = generate(self.model, self.tokenizer, self.conv, [prompt], n, block_size=self.block_size,
-                              threshold=self.threshold, temperature=temperature, seed=self.seed, batch_size=1)
-            text = self.tokenizer.decode(ids[0])
-            for stop in until:
-                text = text.split(stop)[0]
-            out.append(text)
+            groups.setdefault((self.generation_length(kwargs), temperature), []).append(
+                (i, self._encode(context, "")[0], [until] if isinstance(until, str) else until))
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        out: list[str | None] = [None] * len(requests)
+        for (n, temperature), items in groups.items():
+            items.sort(key=lambda it: -len(it[1]))  # similar lengths share a batch (less padding)
+            if limit and len(items[0][1]) + n > limit:
+                raise ValueError(f"a {len(items[0][1])}-token prompt + {n} generated tokens exceeds the model's "
+                                 f"{limit} positions: lower the benchmark's max_gen_toks")
+            ids, _ = generate(self.model, self.tokenizer, self.conv, [p for _, p, _ in items], n,
+                              block_size=self.block_size, threshold=self.threshold, temperature=temperature,
+                              seed=self.seed, batch_size=self.batch_size)
+            for (i, _, until), row in zip(items, ids):
+                text = self.tokenizer.decode(row)
+                for stop in until:
+                    text = text.split(stop)[0]
+                out[i] = text
         return out
 
 

@@ -23,6 +23,7 @@ from ..provenance import library_versions, read_jsonl, write_jsonl
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # torch dtype names; torch loads with the model, not at DAG build
 LOCAL_TASKS = Path(__file__).parent / "tasks"  # lm-eval task configs kept here, built from the maths suite
 LOCAL_HARNESS_TASKS = tuple(sorted(p.stem for p in LOCAL_TASKS.glob("*.yaml")))
+LOCAL_EMBEDDING_TASKS = ("docstring_retrieval",)  # built here from the code suite; other names are mteb's
 
 
 def local_task(name: str, data_file: str | Path) -> dict:
@@ -40,7 +41,7 @@ def _dtype(spec):
 
 
 def _load(model_dir, spec):
-    return load_model(model_dir, dtype=_dtype(spec))
+    return load_model(model_dir, dtype=_dtype(spec), device=spec.get("device", "auto"))
 
 
 def _code(model_dir, spec, inputs, seed, name):
@@ -85,7 +86,8 @@ def _harness(model_dir, spec, inputs, seed, name):
 
     lm = HarnessLM(str(model_dir), batch_size=spec["batch_size"], elbo_samples=spec["elbo_samples"],
                    threshold=spec["threshold"], block_size=spec.get("block_size"), seed=seed,
-                   dtype=_dtype(spec))
+                   dtype=_dtype(spec), device=spec.get("device", "auto"),
+                   max_gen_toks=spec.get("max_gen_toks", HarnessLM.MAX_GEN_TOKS))
     with tempfile.TemporaryDirectory() as tmp:
         task = spec["task"]
         if spec["local"]:
@@ -102,7 +104,7 @@ def _embeddings(model_dir, spec, inputs, seed, name):
     from .embeddings import MeanPooledEncoder, docstring_retrieval_task, evaluate_embeddings
 
     model, tok, conv, info = _load(model_dir, spec)
-    tasks = [docstring_retrieval_task(read_jsonl(inputs["code"])) if t == "docstring_retrieval" else t
+    tasks = [docstring_retrieval_task(read_jsonl(inputs["code"])) if t in LOCAL_EMBEDDING_TASKS else t
              for t in spec["tasks"]]
     scores = evaluate_embeddings(MeanPooledEncoder(model, tok, conv, name, batch_size=spec["batch_size"]), tasks)
     mean = sum(s["main_score"] for s in scores.values()) / len(scores)
@@ -153,7 +155,7 @@ BENCHMARK_KINDS = {
     "harness": BenchmarkKind(_harness, lambda name, spec: _math_suite(name, spec) if spec["local"] else {},
                              ("acc", "exact_match")),
     "embeddings": BenchmarkKind(_embeddings, lambda name, spec: {"code": layout.suite_file("code", "eval")}
-                                if "docstring_retrieval" in spec["tasks"] else {}, ("main_score",)),
+                                if set(LOCAL_EMBEDDING_TASKS) & set(spec["tasks"]) else {}, ("main_score",)),
     "throughput": BenchmarkKind(_throughput, _problems, ("base_pass@1",), decoded=True, rows=True, suite="code_suite"),
     "likelihood": BenchmarkKind(_likelihood, lambda name, spec: {"code": layout.suite_file("code", "eval"),
                                                                  "math": layout.suite_file("math", "eval")},

@@ -3,17 +3,48 @@ built, before any job starts. Every error names the key."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from ..data.code_suite import split_pairings
 from ..data.corpus import PROMPT_SOURCES
-from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_HARNESS_TASKS
+from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_EMBEDDING_TASKS, LOCAL_HARNESS_TASKS
 from ..training.tracking import missing_package
 from .config import ConfigError
 from .jobs import armap_domains
 from .runs import resolve_run
 
 SYNTHETIC_DOMAINS = {"code": "code_suite", "math": "math_suite"}  # preference domains built from a suite
+
+
+def _lm_eval_tasks() -> list[str]:
+    from lm_eval.tasks import TaskManager
+
+    return list(TaskManager().all_tasks)
+
+
+def _mteb_tasks() -> list[str]:
+    import mteb
+
+    every = mteb.get_tasks(exclude_superseded=False, exclude_aggregate=False, exclude_private=False, exclude_beta=False)
+    return [t.metadata.name for t in every]
+
+
+def installed_names(package: str) -> tuple[str, set[str]]:
+    """(version, names) of the tasks an installed package registers (lm-eval, mteb), cached per
+    version under ~/.cache/ar2dlm: building lm-eval's task index takes 15-50 s on 2 cores."""
+    from importlib.metadata import version
+
+    v = version(package)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ar2dlm" / f"{package}-{v}-tasks.json"
+    if not cache.is_file():
+        names = sorted({"lm_eval": _lm_eval_tasks, "mteb": _mteb_tasks}[package]())
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(names))
+        tmp.replace(cache)
+    return v, set(json.loads(cache.read_text()))
 
 
 def check_config(config: dict) -> None:
@@ -222,6 +253,18 @@ def check_evals(config: dict) -> None:
                               f"data.{suite}.n_eval ({data[suite]['n_eval']})")
         if b["kind"] == "harness" and b["local"] and b["task"] not in LOCAL_HARNESS_TASKS:
             raise ConfigError(f"{key}.task", f"no local task {b['task']!r} (local tasks: {', '.join(LOCAL_HARNESS_TASKS)})")
+        if b["kind"] == "harness" and not b["local"]:
+            v, known = installed_names("lm_eval")
+            if b["task"] not in known:
+                raise ConfigError(f"{key}.task", f"{b['task']!r} is not a task of the installed lm-eval {v} "
+                                  "(`lm-eval ls tasks` lists them)")
+        hub_tasks = [t for t in b.get("tasks", []) if t not in LOCAL_EMBEDDING_TASKS] if b["kind"] == "embeddings" else []
+        if hub_tasks:
+            v, known = installed_names("mteb")
+            unknown = [t for t in hub_tasks if t not in known]
+            if unknown:
+                raise ConfigError(f"{key}.tasks", f"{', '.join(map(repr, unknown))} not a task of the installed "
+                                  f"mteb {v} (mteb.get_tasks() lists them)")
         if b["kind"] == "code" and b["n_samples"] > 1 and b["temperature"] == 0:
             raise ConfigError(f"{key}.temperature", f"{b['n_samples']} samples per task need a temperature above 0")
     for study, spec in config["studies"].items():
@@ -269,6 +312,10 @@ def check_armap(config: dict) -> None:
                               "merge) are searched on every seed of armap.seeds")
         if not set(seeds) <= set(a["seeds"]):
             raise ConfigError(f"armap.merge_seeds.{m}", f"{sorted(set(seeds) - set(a['seeds']))} not in armap.seeds {a['seeds']}")
+    for part in ("dpo", "dlm_dpo"):
+        if a[part]["batch_size"] % a[part].get("grad_accum", 1):
+            raise ConfigError(f"armap.{part}.grad_accum", f"{a[part]['grad_accum']} micro-batches do not divide "
+                              f"batch_size {a[part]['batch_size']}")
     for part in ("dpo", "gamma", "dlm_dpo"):
         n = a[part]["eval_pairs"]
         for d in a["domains"]:

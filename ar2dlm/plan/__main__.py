@@ -1,7 +1,8 @@
 """``python -m ar2dlm.plan --configfile FILE [--gpu-memory-gb N]``: the per-GPU memory of every
 conversion job by part, the launch chosen for it (nodes, GPUs, rows per GPU, accumulation,
-activation checkpointing, teacher placement) and its hours; exits 1 naming each job that fits no
-launch. The DAG build runs the same check when the config sets ``cluster``."""
+activation checkpointing, teacher placement) and its hours; then the GPU memory of every
+evaluation and AR-MAP job kind (one GPU each); exits 1 naming each job that does not fit. The DAG
+build runs the same check when the config sets ``cluster``."""
 
 import argparse
 import sys
@@ -11,6 +12,7 @@ import yaml
 
 from ..pipeline.config import merge_preset
 from .memory import GB, plan_jobs, unfit
+from .one_gpu import plan_one_gpu_jobs, unfit_one_gpu
 
 REPO = Path(__file__).resolve().parents[2]
 PARTS = ("parameters", "gradients", "optimizer", "teacher", "activations", "logits", "masks", "rollout")
@@ -41,9 +43,16 @@ def main(argv=None) -> int:
         l = p.launch
         print(f"| {p.job} | {l.nodes} | {l.gpus} | {l.rows} | {p.accum} | {'yes' if l.activation_checkpointing else 'no'} "
               f"| {'sharded' if l.shard_teacher else 'replicated'} | {parts} | {p.peak_gb:.1f} | {p.hours:.1f} | {p.segments} |")
-    bad = unfit(plans)
+    one_gpu = plan_one_gpu_jobs(config)
+    print(f"\nGPU memory (GB) of each evaluation and AR-MAP job on one {c['gpu_memory_gb']:g} GB GPU (the largest "
+          "benchmark of each kind per model)\n")
+    print("| job | parts | peak | fits |\n|---|---|---|---|")
+    for j in one_gpu:
+        parts = ", ".join(f"{k} {v / GB:.1f}" for k, v in j.parts.items() if v)
+        print(f"| {j.job} | {parts} | {j.peak_gb:.1f} | {'yes' if j.fits else 'no'} |")
+    bad = unfit(plans) + unfit_one_gpu(one_gpu, c["gpu_memory_gb"])
     if bad:
-        print("\njobs that fit no launch:\n" + "\n".join(f"  {b}" for b in bad), file=sys.stderr)
+        print("\njobs that do not fit:\n" + "\n".join(f"  {b}" for b in bad), file=sys.stderr)
         return 1
     return 0
 

@@ -1,0 +1,147 @@
+"""GPU memory of the jobs that run on one GPU: evaluation (decoding and ELBO scoring) and AR-MAP
+(DPO, spectra, gamma search), by part, from the model's shape and the config.
+
+Like ``memory`` for conversions, the estimate counts what a job keeps alive at its peak:
+- decoding: the weights in the benchmark's dtype, the KV cache of a block-attention model's rows,
+  the logits of the positions a step decodes (at most two blocks: the cached path runs the
+  previous block with the current one) and their fp32 softmax, and one decoder layer's transient
+  activations over the canvas;
+- ELBO scoring (likelihood, harness loglikelihood, gamma search): ``rows`` masked copies per
+  forward, their logits and the fp32 copy and log-softmax ``token_nll`` makes of them;
+- DPO (TRL, chosen and rejected rows together): frozen bf16 weights plus fp32 LoRA parameters,
+  gradients and AdamW moments (or all of them in fp32 for full DPO, and a frozen fp32 reference for
+  full DPO of a DLM), activations under gradient checkpointing, and the logits a DLM's ELBO keeps;
+- spectra: three fp32 copies of the largest matrix, two task-vector matrices and SVD workspace.
+A prompt is assumed to take ``PROMPT_TOKENS`` (the plan reads no data at DAG build).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .memory import FP32, GB, USABLE, Shape, model_shape
+
+PROMPT_TOKENS = 1024
+BF16 = 2
+
+
+def _bytes(dtype: str) -> int:
+    return BF16 if dtype == "bf16" else FP32
+
+
+def layer_transient(shape: Shape, tokens: int, act: int) -> float:
+    """One decoder layer's activations alive at once without autograd: its input and output, q, k,
+    v and the attention output, and the MLP's gate, up and product."""
+    qkv = (2 * shape.heads + 2 * shape.kv_heads) * shape.head_dim
+    return tokens * act * (2 * shape.hidden + qkv + 3 * shape.intermediate)
+
+
+def decode_parts(shape: Shape, spec: dict, block: int) -> dict[str, float]:
+    """A decoded benchmark (code, maths, throughput, harness generation): ``batch_size`` rows of a
+    prompt plus the generation, every step a forward over the canvas (or the current block)."""
+    act = _bytes(spec.get("dtype", "bf16"))
+    rows = spec["batch_size"]
+    length = PROMPT_TOKENS + spec.get("max_new_tokens", spec.get("max_gen_toks", 256))
+    return {"weights": act * shape.params,
+            "kv_cache": shape.kv_cache_bytes(rows * length, act),
+            "logits": rows * 2 * block * shape.vocab * act + 2 * FP32 * rows * block * shape.vocab,
+            "activations": layer_transient(shape, rows * length, act)}
+
+
+def elbo_parts(shape: Shape, weight_bytes: int, rows: int, length: int) -> dict[str, float]:
+    """ELBO scoring without gradients: ``rows`` masked copies of a ``length``-token sequence per forward."""
+    act = weight_bytes
+    return {"weights": weight_bytes * shape.params,
+            "logits": rows * length * shape.vocab * (act + 2 * FP32),
+            "activations": layer_transient(shape, rows * length, act)}
+
+
+def lora_params(shape: Shape, r: int) -> int:
+    """Parameters of rank-r adapters on every linear layer of the decoder (peft's all-linear)."""
+    q, kv, h, i = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.hidden, shape.intermediate
+    per_layer = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
+    return shape.layers * r * per_layer
+
+
+def dpo_parts(shape: Shape, cfg: dict, diffusion: bool) -> dict[str, float]:
+    """One TRL DPO micro-batch step on a GPU: bf16 compute, gradient checkpointing."""
+    rows = 2 * cfg["batch_size"] // cfg.get("grad_accum", 1)  # chosen and rejected
+    tokens = rows * cfg["max_length"]
+    lora = cfg.get("lora")
+    if lora:
+        trained = lora_params(shape, lora["r"])
+        out = {"weights": BF16 * shape.params + FP32 * trained, "gradients": FP32 * trained,
+               "optimizer": 2 * FP32 * trained, "reference": 0.0}
+    else:
+        out = {"weights": FP32 * shape.params, "gradients": FP32 * shape.params, "optimizer": 2 * FP32 * shape.params,
+               "reference": FP32 * shape.params if diffusion else 0.0}  # a causal model's are precomputed
+    out["activations"] = shape.layers * BF16 * shape.hidden * tokens + shape.layer_activation_bytes(BF16) * tokens
+    # a DLM's ELBO keeps its logits and their gradient; TRL's fused head scores a causal model in chunks
+    out["logits"] = (2 * BF16 + FP32) * tokens * shape.vocab if diffusion else 2 * FP32 * 1024 * shape.vocab
+    return out
+
+
+def spectra_parts(shape: Shape) -> dict[str, float]:
+    largest = shape.vocab * shape.hidden
+    return {"matrices": 5 * FP32 * largest, "svd": 3 * FP32 * shape.hidden ** 2 + FP32 * largest}
+
+
+@dataclass(frozen=True)
+class GpuJob:
+    job: str
+    parts: dict
+    peak_gb: float
+    fits: bool
+
+
+def _job(name: str, parts: dict, budget: float) -> GpuJob:
+    total = sum(parts.values())
+    return GpuJob(name, parts, total / GB, total <= budget)
+
+
+def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
+    """Every evaluation and AR-MAP job kind the config runs, per model: the largest benchmark of each
+    kind the model is evaluated on, DPO of the teacher and of the DLM, spectra and gamma search."""
+    from ..evaluation.suite import BENCHMARK_KINDS
+    from ..pipeline.config import benchmark_settings
+    from ..pipeline.jobs import armap_jobs, eval_jobs
+    from ..pipeline.runs import resolve_run
+
+    budget = USABLE * config["cluster"]["gpu_memory_gb"] * GB
+    vocab = config["data"]["tokenizer"].get("vocab_size")
+    shapes = {m: model_shape(config["models"][m], vocab) for m in config["models"]}
+    conversions, teachers = eval_jobs(config)
+    armap = armap_jobs(config)
+    evaluated = {(e.model, e.benchmark, e.run) for e in conversions} | {(e.model, e.benchmark, "teacher") for e in teachers}
+    evaluated |= {(e.model, e.benchmark, e.run) for e in armap.evals if hasattr(e, "run")}
+    evaluated |= {(e.model, e.benchmark, "teacher") for e in armap.evals if not hasattr(e, "run")}
+    jobs: dict[str, GpuJob] = {}
+    for model, bench, run in sorted(evaluated):
+        shape, spec = shapes[model], benchmark_settings(config, bench)
+        act = _bytes(spec.get("dtype", "bf16"))
+        block = max([(resolve_run(config, run)["block_size"] if run != "teacher" else None) or spec.get("block_size") or 1]
+                    + spec.get("block_sizes", []))
+        if BENCHMARK_KINDS[spec["kind"]].decoded or spec.get("max_gen_toks"):
+            parts = decode_parts(shape, spec, block)
+        elif spec["kind"] in ("likelihood", "harness"):
+            parts = elbo_parts(shape, act, min(spec["elbo_samples"], spec["batch_size"]), PROMPT_TOKENS + 1024)
+        else:  # embeddings: one forward of a batch of 512-token texts
+            parts = {"weights": act * shape.params, "activations": layer_transient(shape, spec["batch_size"] * 512, act)}
+        job = _job(f"evaluate/{model}/{bench}", parts, budget)
+        if job.job not in jobs or job.peak_gb > jobs[job.job].peak_gb:
+            jobs[job.job] = job
+    a = config["armap"]
+    rows = min(a["gamma"]["elbo_samples"], a["gamma"].get("batch_size", 32))
+    for model in sorted({j.model for j in armap.dpo}):
+        shape = shapes[model]
+        for job in (_job(f"dpo_teacher/{model}", dpo_parts(shape, a["dpo"], False), budget),
+                    _job(f"dlm_dpo/{model}", dpo_parts(shape, a["dlm_dpo"], True), budget),
+                    _job(f"armap_spectra/{model}", spectra_parts(shape), budget),
+                    _job(f"gamma_search/{model}", elbo_parts(shape, FP32, rows, a["dpo"]["max_length"]), budget)):
+            jobs[job.job] = job
+    return list(jobs.values())
+
+
+def unfit_one_gpu(jobs: list[GpuJob], gpu_memory_gb: float) -> list[str]:
+    return [f"{j.job}: needs {j.peak_gb:.0f} GB on one GPU, over {USABLE:.0%} of {gpu_memory_gb:g} GB "
+            f"({', '.join(f'{k} {v / GB:.1f}' for k, v in j.parts.items())} GB)" for j in jobs if not j.fits]
