@@ -10,11 +10,12 @@ peak resident set size (the high-water mark reset after the imports):
 - ``spectra_streamed``: ``streamed_spectra`` (svdvals of every matrix of both task vectors);
 - ``spectra_in_memory``: the three state dicts and both task vectors in fp32, as spectra were
   computed before streaming (loading only: the SVDs add one matrix's workspace to either);
-- ``merge_streamed``: one gamma of the search: the DLM loaded in fp32, ``stream_merge`` at gamma 2;
+- ``merge_streamed``: one gamma of the search, ``stream_merge`` at gamma 2 into the DLM loaded in
+  fp32 (the peak counted above the loaded model, 2.4 GB);
 - ``merge_in_memory``: the same from state dicts (base, task vector and merged copy in fp32).
 
-Prints a Markdown table with the bound for the streamed cases: the fp32 model (merge only) plus a
-few copies of the largest tensor (the 151936 x 1024 embedding, 0.62 GB in fp32).
+Prints a Markdown table; the streamed cases' bound is a few fp32 copies of the largest tensor (the
+151936 x 1024 embedding, 0.62 GB).
 """
 
 import argparse
@@ -58,7 +59,8 @@ def run_case(case: str, work: Path) -> dict:
 
     ar, dpo, dlm = (FolderWeights(work / k) for k in ("teacher", "dpo", "dlm"))
     largest = max(ar.shapes.values(), key=lambda s: s[0] * (s[1] if len(s) > 1 else 1))
-    before = reset_peak_rss()
+    model = AutoModelForCausalLM.from_pretrained(work / "dlm", dtype=torch.float32) if case.startswith("merge") else None
+    before = reset_peak_rss()  # a merge's peak is counted above the loaded fp32 model
     t0 = time.time()
     full = lambda w: {n: w[n].float() for n in w.names()}  # noqa: E731
     if case == "spectra_streamed":
@@ -68,7 +70,6 @@ def run_case(case: str, work: Path) -> dict:
         taus = task_vector(full(dpo), a), task_vector(a, full(dlm))
         rows = sum(t.dim() == 2 for t in taus[0].values())
     else:
-        model = AutoModelForCausalLM.from_pretrained(work / "dlm", dtype=torch.float32)
         if case == "merge_streamed":
             stream_merge(model, dlm, dpo, ar, 2.0, "task_arithmetic", {})
         else:
