@@ -108,7 +108,7 @@ def test_gamma_search_uses_common_random_numbers_and_writes_a_decodable_dlm(mode
     from ar2dlm.provenance import read_json
     from ar2dlm.core.sampling import generate
 
-    cfg = {"grid": [0, 1, 3], "beta": 0.1, "elbo_samples": 2, "merges": {"task_arithmetic": {}}}
+    cfg = {"grid": [0, 1, 3], "beta": 0.1, "elbo_samples": 2, "batch_size": 32, "merges": {"task_arithmetic": {}}}
     rows = _pairs(12)
     a = search(models / "ar", models / "dpo", models / "dlm", rows, cfg, "task_arithmetic", tmp_path / "a.json",
                tmp_path / "merged", seed=0)

@@ -97,17 +97,17 @@ class FolderWeights:
         self.dir = Path(model_dir)
         index, single = self.dir / "model.safetensors.index.json", self.dir / "model.safetensors"
         if index.is_file():
-            files = {name: self.dir / f for name, f in read_json(index)["weight_map"].items()}
+            shards = sorted({self.dir / f for f in read_json(index)["weight_map"].values()})
         elif single.is_file():
-            with safe_open(single, "pt") as f:
-                files = dict.fromkeys(f.keys(), single)
+            shards = [single]
         else:
             raise CheckpointError(f"{self.dir} has no model.safetensors or model.safetensors.index.json")
-        self.files = dict(sorted(files.items()))
-        self.shapes = {}
-        for file in set(self.files.values()):
+        files, self.shapes = {}, {}
+        for file in shards:  # one read of each header: names and shapes
             with safe_open(file, "pt") as f:
-                self.shapes.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
+                for name in f.keys():
+                    files[name], self.shapes[name] = file, tuple(f.get_slice(name).get_shape())
+        self.files = dict(sorted(files.items()))
 
     def names(self) -> list[str]:
         return list(self.files)

@@ -112,9 +112,8 @@ def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
     shapes = {m: model_shape(config["models"][m], vocab) for m in config["models"]}
     conversions, teachers = eval_jobs(config)
     armap = armap_jobs(config)
-    evaluated = {(e.model, e.benchmark, e.run) for e in conversions} | {(e.model, e.benchmark, "teacher") for e in teachers}
-    evaluated |= {(e.model, e.benchmark, e.run) for e in armap.evals if hasattr(e, "run")}
-    evaluated |= {(e.model, e.benchmark, "teacher") for e in armap.evals if not hasattr(e, "run")}
+    # (model, benchmark, run); a teacher's evaluations (its DPO'd ones too) have no run
+    evaluated = {(e.model, e.benchmark, getattr(e, "run", "teacher")) for e in [*conversions, *teachers, *armap.evals]}
     jobs: dict[str, GpuJob] = {}
     for model, bench, run in sorted(evaluated):
         shape, spec = shapes[model], benchmark_settings(config, bench)
@@ -131,7 +130,7 @@ def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
         if job.job not in jobs or job.peak_gb > jobs[job.job].peak_gb:
             jobs[job.job] = job
     a = config["armap"]
-    rows = min(a["gamma"]["elbo_samples"], a["gamma"].get("batch_size", 32))
+    rows = min(a["gamma"]["elbo_samples"], a["gamma"]["batch_size"])
     for model in sorted({j.model for j in armap.dpo}):
         shape = shapes[model]
         for job in (_job(f"dpo_teacher/{model}", dpo_parts(shape, a["dpo"], False), budget),
