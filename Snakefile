@@ -1,6 +1,7 @@
 # ar2dlm: autoregressive -> diffusion language model conversion, and the four papers' tables.
 #   snakemake all_tables                                        # embedded default (tiny preset)
 #   snakemake all_tables --configfile config/presets/smoke.yaml # seconds per job
+#   snakemake prefetch --configfile config/presets/paper.yaml   # where the network is: fills the hub cache
 #   snakemake --profile slurm all_tables --configfile config/presets/paper.yaml
 
 from pathlib import Path
@@ -23,7 +24,7 @@ include: "rules/bench.smk"
 
 # Reports and downloads run where Snakemake runs (login nodes have the network; tables are seconds).
 localrules: all_tables, all_models, all_evals, all_armap, bench, eval_summary, run_summary, study_table, study_figure,
-    armap_report, claims, code_benchmark
+    armap_report, claims, code_benchmark, prefetch
 
 
 rule all_models:

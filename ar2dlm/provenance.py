@@ -4,6 +4,7 @@ partial file where a finished one is expected."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import tempfile
@@ -37,21 +38,50 @@ def _atomic_write(path: str | Path, write) -> None:
         raise
 
 
+def non_finite(obj, where: str = "") -> str | None:
+    """The key path of the first NaN or infinity in ``obj`` (dicts, lists, floats), else None."""
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else where or "the value"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for k, v in items:
+        found = non_finite(v, f"{where}.{k}" if where and isinstance(k, str) else f"{where}[{k}]" if where else str(k))
+        if found:
+            return found
+    return None
+
+
+def _refuse_non_finite(path, obj, what: str = "") -> None:
+    where = non_finite(obj)
+    if where:
+        raise ValueError(f"{what}{where} is not a finite number; JSON has no NaN or Infinity, so {path} is not written")
+
+
 def write_json(path: str | Path, obj) -> None:
-    """Write JSON atomically."""
-    _atomic_write(path, lambda f: f.write(json.dumps(obj, indent=2, default=str) + "\n"))
+    """Write JSON atomically; a NaN or infinity anywhere fails, naming its key, before anything is written."""
+    _refuse_non_finite(path, obj)
+    _atomic_write(path, lambda f: f.write(json.dumps(obj, indent=2, default=str, allow_nan=False) + "\n"))
 
 
 def write_jsonl(path: str | Path, rows) -> int:
-    """Write one JSON object per line atomically; return the number of rows."""
+    """Write one JSON object per line atomically (no NaN or infinity); return the number of rows."""
     rows = list(rows)
-    _atomic_write(path, lambda f: f.writelines(json.dumps(row) + "\n" for row in rows))
+    for i, row in enumerate(rows):
+        _refuse_non_finite(path, row, f"row {i + 1}: ")
+    _atomic_write(path, lambda f: f.writelines(json.dumps(row, allow_nan=False) + "\n" for row in rows))
     return len(rows)
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
+    """The rows of a JSONL file; a line that is not JSON fails naming the file and line."""
+    rows = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}, line {n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    return rows
 
 
 def read_json(path: str | Path):

@@ -1,5 +1,6 @@
 # Load the preset, validate it against the schema, check cross-key constraints; job lists and the
 # results layout come from ar2dlm.pipeline (one home for each), the input functions live here.
+import dataclasses
 import json
 import os
 import re
@@ -23,6 +24,8 @@ from ar2dlm.pipeline.checks import check_config
 from ar2dlm.pipeline.config import ConfigError, benchmark_settings, describe_schema_error, merge_preset
 from ar2dlm.pipeline.jobs import (armap_domains, armap_jobs, conversion_corpus, conversion_jobs, conversion_settings,
                                   eval_jobs, token_rows_source)
+from ar2dlm.data.hub import MissingAssetError, is_cached, missing_message, require_token
+from ar2dlm.pipeline.assets import assets_for, hub_assets
 from ar2dlm.evaluation.suite import BENCHMARK_KINDS
 from ar2dlm.plan.memory import plan_jobs, unfit
 from ar2dlm.plan.one_gpu import plan_one_gpu_jobs, unfit_one_gpu
@@ -51,6 +54,10 @@ if config.get("cluster"):
     if _unfit:
         raise WorkflowError("jobs that do not fit the config's cluster (python -m ar2dlm.plan prints every "
                             "estimate):\n  " + "\n  ".join(_unfit))
+# Compute jobs never download: `snakemake prefetch` (a local rule) fills the hub cache where the network is.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+HUB_ASSETS = hub_assets(config)
 export_tracking({**config["tracking"], "directory": layout.tracking_dir(config["tracking"]["backend"])})
 
 MODELS = list(config["models"])
@@ -96,8 +103,47 @@ def preference_inputs(wildcards):
     return {"train": layout.suite_file(wildcards.domain, "train"), "eval": layout.suite_file(wildcards.domain, "eval")}
 
 
+_CACHED = {}
+
+
+def require_cached(key):
+    """Fail the DAG build if the hub cache lacks an asset the config key ``key`` uses, naming every
+    asset it lacks (each checked once). A dry run, which runs nothing, shows its plan and warns
+    once instead: a plan is read before `snakemake prefetch` has filled the cache."""
+    cached = lambda a: _CACHED.setdefault(a, is_cached(a))  # noqa: E731
+    if all(cached(a) for a in assets_for(HUB_ASSETS, key)):
+        return
+    message = missing_message([a for a in HUB_ASSETS if not cached(a)])  # every missing asset at once
+    if not workflow.dryrun:
+        raise WorkflowError(message)
+    if not _CACHED.get("warned"):
+        _CACHED["warned"] = True
+        print(f"Warning (dry run): {message}", file=sys.stderr)
+
+
+def hub_ready(key):
+    """An input function adding no file: ``require_cached`` of the config key ``key`` (or
+    ``key(wildcards)``; None: the job reads nothing from the hub)."""
+    def check(wildcards):
+        k = key(wildcards) if callable(key) else key
+        if k:
+            require_cached(k)
+        return []
+    return check
+
+
+def hub_ready_to_fetch(wildcards):
+    """prefetch's input function: fails before any download when a gated data set needs a token."""
+    try:
+        require_token(HUB_ASSETS)
+    except MissingAssetError as exc:
+        raise WorkflowError(str(exc)) from None
+    return []
+
+
 def teacher_inputs(wildcards):
     """A teacher pretrained here reads the corpus stream; a pretrained one only the tokenizer rule's output."""
+    require_cached(f"models.{wildcards.model}")
     inputs = {"tokenizer": layout.tokenizer_dir()}
     if config["models"][wildcards.model]["source"] == "pretrain":
         inputs["corpus"] = layout.corpus_file("stream")
@@ -106,6 +152,7 @@ def teacher_inputs(wildcards):
 
 def benchmark_inputs(wildcards):
     """The data a benchmark reads (its kind says which)."""
+    require_cached(f"eval.benchmarks.{wildcards.benchmark}")
     spec = benchmark_settings(config, wildcards.benchmark)
     return BENCHMARK_KINDS[spec["kind"]].inputs(wildcards.benchmark, spec)
 
@@ -177,10 +224,13 @@ def conversion_launch(wildcards) -> str:
 
 
 def conversion_resources():
-    """Per-job SLURM resources of planned conversions (nodes, GPUs, one srun task per GPU); none
-    without a plan (the profile's)."""
+    """Per-job SLURM resources of planned conversions (nodes, GPUs); none without a plan (the
+    profile's). A one-node job's shell starts torchrun itself, one process per GPU (so it also runs
+    where there is no SLURM); a multi-node job asks one srun task per GPU (``mpi``)."""
     if not PLANS:
         return {}
     gpus = lambda wc: conversion_plan(wc).launch.gpus  # noqa: E731
-    return {"nodes": lambda wc: conversion_plan(wc).launch.nodes, "gpu": gpus, "tasks": gpus, "tasks_per_gpu": 0,
-            "mpi": "srun", "runtime": f"{config['cluster']['runtime_hours']}h"}
+    multi = lambda wc: conversion_plan(wc).launch.nodes > 1  # noqa: E731
+    return {"nodes": lambda wc: conversion_plan(wc).launch.nodes, "gpu": gpus,
+            "tasks": lambda wc: gpus(wc) if multi(wc) else 1, "tasks_per_gpu": 0,
+            "mpi": lambda wc: "srun" if multi(wc) else "", "runtime": f"{config['cluster']['runtime_hours']}h"}

@@ -24,6 +24,7 @@ rule preferences:
     """Preference pairs (prompt, chosen, rejected) of one domain, train and held-out."""
     input:
         unpack(preference_inputs),
+        hub_ready(lambda wc: f"data.preferences.domains.{wc.domain}"),
     output:
         train=layout.preference_file("{domain}", "train"),
         eval=layout.preference_file("{domain}", "eval"),
@@ -42,6 +43,7 @@ rule preferences:
 rule tokenizer:
     """Byte-level BPE trained on the corpus text, or the pretrained tokenizer plus a mask token."""
     input:
+        hub_ready("data.tokenizer"),
         code_train=layout.suite_file("code", "train"),
         math_train=layout.suite_file("math", "train"),
     output:
@@ -65,6 +67,7 @@ rule tokenizer:
 rule corpus:
     """Seeded token-budget subset and stream of the pretraining corpus, with a manifest."""
     input:
+        hub_ready("data.corpus"),
         tokenizer=layout.tokenizer_dir(),
         code_train=layout.suite_file("code", "train"),
         math_train=layout.suite_file("math", "train"),
@@ -84,6 +87,8 @@ rule corpus:
 
 rule prompt_set:
     """Distillation prompts from a data set (paper: OPDLM's rollouts)."""
+    input:
+        hub_ready(lambda wc: f"data.prompt_sets.{wc.pset}"),
     output:
         layout.prompt_set_file(),
     params:
@@ -103,6 +108,7 @@ rule token_rows:
     """A corpus cut, prompt set or stream tokenised once into memory-mapped rows of one sequence
     length, the documents a run's objective trains on (every conversion reads its rows from here)."""
     input:
+        hub_ready(lambda wc: "data.corpus" if wc.source == "stream" else None),  # a stream not written out
         source=lambda wc: token_rows_source(config, wc.source),
         tokenizer=layout.tokenizer_dir(),
     output:
@@ -119,6 +125,24 @@ rule token_rows:
         "../envs/ar2dlm.yaml"
     script:
         "../workflow_scripts/make_token_rows.py"
+
+
+rule prefetch:
+    """Every hub asset the config needs into the local Hugging Face cache (models, tokenizer,
+    corpus, preferences, prompt sets, lm-eval and mteb data sets), and the evalplus release files.
+    A local rule, for where the network is; every other job reads the cache with the hub offline."""
+    input:
+        lambda wc: [layout.benchmark_problems(b) for b, spec in config["eval"]["benchmarks"].items()
+                    if spec.get("source") == "evalplus"],
+        hub_ready_to_fetch,
+    params:
+        assets=[dataclasses.asdict(a) for a in HUB_ASSETS],
+    log:
+        layout.log_path("data/prefetch"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/prefetch.py"
 
 
 rule code_benchmark:

@@ -10,16 +10,30 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
-def run_snakemake(args, workdir, timeout=600):
-    """Run snakemake on this repo's Snakefile with ``workdir`` as working directory."""
+def run_snakemake(args, workdir, timeout=600, hub_cache=None, **env):
+    """Run snakemake on this repo's Snakefile with ``workdir`` as working directory (and the hub
+    cache folder ``hub_cache``, e.g. the stand-in hub)."""
     cmd = SNAKEMAKE + ["-s", str(REPO / "Snakefile"), "-d", str(workdir)] + list(args)
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", **env)
+    if hub_cache is not None:
+        env["HF_HUB_CACHE"] = str(hub_cache)
     return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+@pytest.fixture(scope="session")
+def standin_hub(tmp_path_factory):
+    """A hub cache holding the paper preset's models and data sets as stand-ins (seconds)."""
+    from ar2dlm.data.standins import write_standin_hub
+
+    cache = tmp_path_factory.mktemp("standin_hub")
+    write_standin_hub(cache)
+    return cache
+
+
 @pytest.fixture
-def dry_run(tmp_path):
-    """Dry-run all_tables with a config (a dict merged over a preset); returns the finished process."""
+def dry_run(tmp_path, standin_hub):
+    """Dry-run all_tables with a config (a dict merged over a preset), the stand-in hub as the hub
+    cache; returns the finished process."""
 
     def _run(config: dict | None = None, preset: str | None = "smoke", target: str = "all_tables"):
         files = [str(REPO / "config" / "presets" / f"{preset}.yaml")] if preset else []
@@ -28,7 +42,7 @@ def dry_run(tmp_path):
             path.write_text(yaml.safe_dump(config))
             files.append(str(path))
         args = ["-n", target] + (["--configfile", *files] if files else [])
-        return run_snakemake(args, tmp_path, timeout=120)
+        return run_snakemake(args, tmp_path, timeout=120, hub_cache=standin_hub)
 
     return _run
 

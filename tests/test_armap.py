@@ -5,7 +5,6 @@ import torch
 
 from ar2dlm.armap.merge import add_scaled, dare, merged_vector, stream_merge, task_vector, ties, trim
 from ar2dlm.armap.spectra import matrix_stats, spectra_table, streamed_spectra
-from ar2dlm.core.conventions import Conventions
 from ar2dlm.core.models import CheckpointError, FolderWeights, build_qwen3, load_model, save_model
 from ar2dlm.training.teacher import ar_conventions
 

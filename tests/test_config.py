@@ -38,11 +38,11 @@ def test_paper_dry_run_lists_every_model(dry_run):
         assert f"results/{out}" in proc.stdout, out
 
 
-def test_paper_dry_run_through_the_slurm_profile(tmp_path):
+def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     from tests.conftest import run_snakemake
 
     proc = run_snakemake(["--profile", str(REPO / "slurm"), "-n", "all_tables", "--configfile",
-                          str(REPO / "config" / "presets" / "paper.yaml")], tmp_path, timeout=120)
+                          str(REPO / "config" / "presets" / "paper.yaml")], tmp_path, timeout=120, hub_cache=standin_hub)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     blocks = out.split("\n\n")
@@ -156,6 +156,12 @@ BAD_CONFIGS = [
     ({"eval": {"benchmarks": {"retrieval": {"tasks": ["docstring_retrieval", "SciFacts"]}}}},
      "eval.benchmarks.retrieval.tasks", "'SciFacts' not a task of the installed mteb"),
     ({"armap": {"dpo": {"grad_accum": 3}}}, "armap.dpo.grad_accum", "3 micro-batches do not divide batch_size 4"),
+    ({"studies": {"repr_align/code": {"seeds": [0, 0]}}}, "studies.repr_align/code.seeds", "non-unique elements"),
+    ({"studies": {"repr_align/code": {"runs": ["ra", "mdlm", "ra"]}}}, "studies.repr_align/code.runs",
+     "non-unique elements"),
+    ({"armap": {"gamma": {"grid": [0, 1, 1, 2]}}}, "armap.gamma.grid", "non-unique elements"),
+    ({"runs": {"ed": {"training": {"warmup_steps": 100, "steps": 100}}}}, "runs.ed.training.warmup_steps",
+     "100 warm-up steps, not fewer than the run's 100 steps"),
     ({"eval": {"benchmarks": {"mine": {"kind": "code", "source": "path", "format": "evalplus", "dataset": "humaneval",
                                        "style": "body", "max_new_tokens": 16, "parallel": 1, "limit": None,
                                        "n_samples": 1, "temperature": 0}}}}, "eval.benchmarks.mine", "'path' is a required"),
@@ -272,3 +278,23 @@ def test_token_budgets_and_prompt_set_sizes_are_checked_against_their_sources():
     math["data"]["prompt_sets"]["competition_math"]["n"] = 2000
     with pytest.raises(ConfigError, match=r"data\.prompt_sets\.competition_math\.n.*2000.*holds 1744"):
         check_config(math)
+
+
+def test_empty_or_broken_local_data_files_are_named_at_dag_build(dry_run, tmp_path):
+    empty, broken = tmp_path / "empty.jsonl", tmp_path / "broken.jsonl"
+    empty.write_text("")
+    broken.write_text('{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "d",\n')
+    bench = {"kind": "code", "source": "path", "format": "evalplus", "dataset": "humaneval", "style": "body",
+             "max_new_tokens": 16, "parallel": 1, "limit": None, "n_samples": 1, "temperature": 0}
+    prefs = {"source": "hub", "path": "json", "name": None, "train_split": "train", "eval_split": "train",
+             "prompt_field": "prompt", "chosen_field": "chosen", "rejected_field": "rejected"}
+    for override, key, words in (
+            ({"eval": {"benchmarks": {"mine": {**bench, "path": str(empty)}}}}, "eval.benchmarks.mine.path",
+             f"{empty} is empty"),
+            ({"data": {"preferences": {"domains": {"helpful": {**prefs, "data_files": {"train": str(broken)}}}}}},
+             "data.preferences.domains.helpful.data_files", f"{broken}, line 2: not valid JSON"),
+            ({"data": {"preferences": {"domains": {"helpful": {**prefs, "data_files": str(tmp_path / "*.parquet")}}}}},
+             "data.preferences.domains.helpful.data_files", "matches no file")):
+        proc = dry_run(override)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and f"config key '{key}'" in out and words in out, out[-2000:]

@@ -187,3 +187,25 @@ def test_prompt_set_from_a_local_file(tmp_path):
     assert all(r["source"] == "competition_math" and r["completion"] == str(eval(r["prompt"][:-1])) for r in rows)
     with pytest.raises(ValueError, match="holds only 30 rows"):
         build_prompt_set("competition_math", {**spec, "n": 50}, 0, tmp_path / "q.jsonl")
+
+
+def test_json_writers_refuse_non_finite_numbers_naming_the_key(tmp_path):
+    from ar2dlm.provenance import write_json, write_jsonl
+
+    out = tmp_path / "eval.json"
+    write_json(out, {"metrics": {"pass@1": 0.5}})
+    with pytest.raises(ValueError, match=r"metrics\.nll_per_token_code is not a finite number"):
+        write_json(out, {"metrics": {"pass@1": 0.25, "nll_per_token_code": float("nan")}})
+    assert json.loads(out.read_text()) == {"metrics": {"pass@1": 0.5}}  # the earlier result is kept
+    with pytest.raises(ValueError, match=r"row 2: loss is not a finite number"):
+        write_jsonl(tmp_path / "log.jsonl", [{"loss": 1.0}, {"loss": float("inf")}])
+    assert not (tmp_path / "log.jsonl").exists()
+
+
+def test_a_broken_jsonl_line_is_named_by_file_and_line(tmp_path):
+    from ar2dlm.provenance import read_jsonl
+
+    path = tmp_path / "problems.jsonl"
+    path.write_text('{"task_id": "a"}\n\n{"task_id": "b",\n')
+    with pytest.raises(ValueError, match=r"problems\.jsonl, line 3: not valid JSON"):
+        read_jsonl(path)

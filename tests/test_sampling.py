@@ -121,3 +121,16 @@ def test_finished_rows_leave_the_batch_without_changing_any_row(model, attention
     assert stats.steps < full_stats.steps
     if temperature == 0:
         assert [f[:len(o)] for f, o in zip(full, out)] == out
+
+
+def test_categorical_draws_follow_the_probabilities_and_skip_zeros():
+    from ar2dlm.core.sampling import sample_categorical
+
+    probs = torch.tensor([0.0, 0.1, 0.0, 0.6, 0.3])
+    draws = sample_categorical(probs.expand(40_000, 5).contiguous(), torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=5).float() / len(draws)
+    assert freq[0] == freq[2] == 0  # a zero-probability token (the mask token) is never drawn
+    assert torch.allclose(freq, probs, atol=0.01)
+    big = torch.softmax(torch.randn(3, 151936), -1)  # Qwen3's vocabulary
+    rows = sample_categorical(big, torch.Generator().manual_seed(1))
+    assert rows.shape == (3,) and (rows < 151936).all()

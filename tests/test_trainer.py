@@ -391,3 +391,49 @@ def test_checkpoints_without_their_own_settings_record_are_not_resumed(setup, tm
     info = train(setup, run, tmp_path / "d")
     assert info["resumed_from"] == 0 and len(list((tmp_path / "d" / "superseded").iterdir())) == 1
     assert (tmp_path / "d" / "step_4" / "settings.json").is_file()
+
+
+def test_a_truncated_last_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(setup, tmp_path):
+    run = run_cfg("mdlm", steps=6, checkpoint_every=2, keep_states=2)
+    train(setup, run, tmp_path / "straight")
+    out = tmp_path / "cut"
+    train(setup, copy.deepcopy(run), out)
+    weights_file = out / "step_6" / "model.safetensors"
+    weights_file.write_bytes(weights_file.read_bytes()[: weights_file.stat().st_size // 2])  # a truncated write
+    info = train(setup, copy.deepcopy(run), out)
+    assert info["resumed_from"] == 4
+    (aside,) = (out / "corrupt").iterdir()  # moved, never deleted
+    assert aside.name.startswith("step_6-") and (aside / "model.safetensors").stat().st_size < weights_file.stat().st_size
+    a, b = weights(tmp_path / "straight" / "step_6"), weights(out / "step_6")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_corrupt_or_non_finite_weights_are_refused_naming_the_file(setup, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from ar2dlm.core.models import CheckpointError, FolderWeights, load_model
+
+    train(setup, run_cfg("mdlm", steps=2, checkpoint_every=2), tmp_path / "run")
+    ckpt = tmp_path / "run" / "step_2"
+    path = ckpt / "model.safetensors"
+    good = path.read_bytes()
+    path.write_bytes(good[:-100])
+    with pytest.raises(CheckpointError, match=r"model\.safetensors does not match the sha256"):
+        load_model(ckpt)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors does not match the sha256"):
+        FolderWeights(ckpt)
+    # NaN weights, the recorded hash updated to match: refused by name all the same
+    path.write_bytes(good)
+    tensors = load_file(path)
+    name = next(k for k in tensors if k.endswith("mlp.down_proj.weight"))
+    tensors[name][0, 0] = float("nan")
+    save_file(tensors, path, metadata={"format": "pt"})
+    conv = json.loads((ckpt / "ar2dlm.json").read_text())
+    from ar2dlm.core.models import file_sha256
+
+    conv["weights_sha256"]["model.safetensors"] = file_sha256(path)
+    (ckpt / "ar2dlm.json").write_text(json.dumps(conv))
+    with pytest.raises(CheckpointError, match=f"tensor {name} holds NaN"):
+        load_model(ckpt)
+    with pytest.raises(CheckpointError, match=f"tensor {name} holds NaN"):
+        FolderWeights(ckpt)[name]

@@ -4,6 +4,7 @@ the weights. Decoding conventions are always read from that JSON, never guessed.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import NamedTuple
 
@@ -11,6 +12,8 @@ from ..provenance import read_json, write_json
 from .conventions import Conventions
 
 CONVENTIONS_FILE = "ar2dlm.json"
+WEIGHT_HASHES = "weights_sha256"  # key of the conventions JSON: {weight file: sha256} as written
+_VERIFIED: set[tuple] = set()  # weight files this process has checked, with their size and time
 
 
 class CheckpointError(RuntimeError):
@@ -57,25 +60,62 @@ def resolve_pretrained(hub_id: str | None, model_path: str | None, revision: str
         raise CheckpointError("a pretrained model needs hub_id or model_path in its config entry")
     from huggingface_hub import snapshot_download
 
-    try:
-        return snapshot_download(hub_id, revision=revision,
-                                 allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"],
-                                 etag_timeout=10)
+    from ..data.hub import MODEL_FILES, HubAsset, missing_message
+
+    try:  # from the cache when the hub is offline (compute jobs), else downloaded
+        return snapshot_download(hub_id, revision=revision, allow_patterns=list(MODEL_FILES), etag_timeout=10)
     except Exception as exc:  # huggingface_hub raises several types for offline / unreachable / gated
         raise CheckpointError(
-            f"cannot download {hub_id!r} from the Hugging Face hub ({type(exc).__name__}: {str(exc)[:200]}). "
-            f"If this machine is offline, download it elsewhere (`huggingface-cli download {hub_id}`) and set "
-            f"{local_key} in your config to the local folder."
+            f"cannot read {hub_id!r} ({type(exc).__name__}: {str(exc)[:200]}).\n"
+            + missing_message([HubAsset(hub_id, "model", revision, (local_key,))])
+            + f"\nOr point {local_key} at a local copy."
         ) from exc
 
 
 def save_model(model, tokenizer, out_dir: str | Path, conventions: dict, state_dict: dict | None = None) -> None:
-    """An HF folder with the conventions JSON beside the weights (``state_dict``: the weights to
-    write instead of the model's own, e.g. a sharded model's consolidated state)."""
+    """An HF folder with the conventions JSON beside the weights, recording each weight file's
+    sha256 (``state_dict``: the weights to write instead of the model's own, e.g. a sharded model's
+    consolidated state)."""
     out_dir = Path(out_dir)
     model.save_pretrained(str(out_dir), state_dict=state_dict)
     tokenizer.save_pretrained(str(out_dir))
-    write_json(out_dir / CONVENTIONS_FILE, conventions)
+    hashes = {f.name: file_sha256(f) for f in sorted(out_dir.glob("*.safetensors"))}
+    write_json(out_dir / CONVENTIONS_FILE, {**conventions, WEIGHT_HASHES: hashes})
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 23), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_weights(model_dir: str | Path, info: dict | None = None) -> None:
+    """Each weight file of a folder this project wrote against the sha256 recorded when it was
+    written (a truncated or altered file fails naming it). Pretrained folders record none."""
+    info = load_conventions(model_dir) if info is None else info
+    for name, digest in (info.get(WEIGHT_HASHES) or {}).items():
+        path = Path(model_dir) / name
+        if not path.is_file():
+            raise CheckpointError(f"{path} is missing (its {CONVENTIONS_FILE} records it)")
+        stat = path.stat()
+        seen = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, digest)
+        if seen in _VERIFIED:  # a job that reads a folder twice (streamed, then loaded) hashes it once
+            continue
+        if file_sha256(path) != digest:
+            raise CheckpointError(f"{path} does not match the sha256 recorded when it was written: it is truncated "
+                                  "or corrupt")
+        _VERIFIED.add(seen)
+
+
+def check_finite(model, model_dir: str | Path) -> None:
+    """Refuse weights holding NaN or infinity, naming the tensor and the folder."""
+    import torch
+
+    for name, t in model.state_dict().items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"{model_dir}: tensor {name} holds NaN or infinite values")
 
 
 def load_conventions(model_dir: str | Path) -> dict:
@@ -95,6 +135,8 @@ class FolderWeights:
         from safetensors import safe_open
 
         self.dir = Path(model_dir)
+        if (self.dir / CONVENTIONS_FILE).is_file():
+            verify_weights(self.dir)
         index, single = self.dir / "model.safetensors.index.json", self.dir / "model.safetensors"
         if index.is_file():
             shards = sorted({self.dir / f for f in read_json(index)["weight_map"].values()})
@@ -116,7 +158,10 @@ class FolderWeights:
         from safetensors import safe_open
 
         with safe_open(self.files[name], "pt") as f:
-            return f.get_tensor(name)
+            t = f.get_tensor(name)
+        if t.is_floating_point() and not bool(t.isfinite().all()):
+            raise CheckpointError(f"{self.files[name]}: tensor {name} holds NaN or infinite values")
+        return t
 
     def check_matches(self, other: "FolderWeights") -> None:
         """Raise, naming the first differences, unless both folders hold the same tensor names and shapes."""
@@ -160,7 +205,9 @@ def load_model(model_dir: str | Path, dtype=None, device: str | None = "auto") -
         raise CheckpointError(f"missing checkpoint folder {model_dir}")
     info = load_conventions(model_dir)
     conv = Conventions.from_dict(info)
+    verify_weights(model_dir, info)
     kwargs = {"dtype": dtype} if dtype is not None else {}
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs).to(resolve_device(device))
+    check_finite(model, model_dir)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     return LoadedModel(model, tokenizer, conv, info)

@@ -88,6 +88,16 @@ class Trajectory:
     states: list = None  # (block start, (B, block) tokens before the step)
 
 
+def sample_categorical(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One draw from each row of ``probs`` (last dimension) by inverse CDF: one uniform per row.
+    By hand because ``torch.multinomial`` draws one exponential per vocabulary entry (with or
+    without replacement): at 64 positions x 151,936 tokens, 170-280 ms per step on a CPU core
+    against ~20 ms here, most of a decoding step of a small model at Qwen3's vocabulary."""
+    cdf = probs.cumsum(-1)
+    u = torch.rand(*probs.shape[:-1], 1, generator=gen, device=probs.device, dtype=cdf.dtype) * cdf[..., -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+
+
 def check_decode_args(gen_length: int, block_size: int, threshold: float | None, steps_per_block: int | None):
     if block_size < 1 or gen_length % block_size:
         raise ValueError(f"block size {block_size} does not divide the generation length {gen_length}")
@@ -195,7 +205,7 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
             logits[..., conv.mask_token_id] = float("-inf")
             probs = torch.softmax(logits / temperature, -1) if temperature > 0 else torch.softmax(logits, -1)
             if temperature > 0:
-                tokens = torch.multinomial(probs.view(-1, probs.shape[-1]), 1, generator=gen).view(len(live), block_size)
+                tokens = sample_categorical(probs, gen)
             else:
                 tokens = probs.argmax(-1)
             conf = probs.gather(-1, tokens[..., None]).squeeze(-1)

@@ -34,10 +34,10 @@ def _message_text(value) -> str:
 
 
 def hub_preferences(spec: dict, split: str, n: int, seed: int, domain: str) -> list[dict]:
-    import datasets
+    from .hub import load_hub_dataset
 
-    ds = datasets.load_dataset(spec["path"], spec.get("name"), data_files=spec.get("data_files"),
-                               split=spec[f"{split}_split"], streaming=True)
+    ds = load_hub_dataset(spec["path"], spec.get("name"), data_files=spec.get("data_files"),
+                          split=spec[f"{split}_split"], streaming=True)
     ds = ds.shuffle(seed=seed, buffer_size=spec.get("shuffle_buffer", 10_000))
     rows = []
     for row in ds:

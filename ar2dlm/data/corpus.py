@@ -61,13 +61,13 @@ def stdlib_documents(n_files: int, seed: int, max_chars: int = 4000) -> list[dic
 
 
 def hub_documents(spec: dict, seed: int) -> Iterator[dict]:
-    """Stream documents from a ``datasets`` source (hub name, or a builder such as ``json`` with
-    local ``data_files``), shuffled with a seeded buffer. Text comes from ``text_field``, or from
+    """Stream documents from a ``datasets`` source (a hub data set read from its cached snapshot,
+    or a builder such as ``json`` with local ``data_files``), shuffled with a seeded buffer. Text comes from ``text_field``, or from
     ``prompt_field`` + ``completion_field`` for SFT-style data (prompt tokens are then never masked)."""
-    import datasets
+    from .hub import load_hub_dataset
 
-    ds = datasets.load_dataset(spec["path"], spec.get("name"), data_files=spec.get("data_files"),
-                               split=spec.get("split", "train"), streaming=True)
+    ds = load_hub_dataset(spec["path"], spec.get("name"), data_files=spec.get("data_files"),
+                          split=spec.get("split", "train"), streaming=True)
     ds = ds.shuffle(seed=seed, buffer_size=spec.get("shuffle_buffer", 10_000))
     for row in ds:
         if spec.get("text_field"):

@@ -98,11 +98,24 @@ def docstring_retrieval_task(tasks: list[dict]):
 REPORTED_SCORES = ("main_score", "ndcg_at_10", "map_at_10", "mrr_at_10", "recall_at_1", "recall_at_10")
 
 
+def cached_mteb_task(name: str):
+    """An mteb task by name, reading its data set from the cached hub snapshot (jobs run with the
+    hub offline; ``datasets`` would otherwise ask the hub)."""
+    import mteb
+
+    from ..data.hub import local_snapshot
+
+    task = mteb.get_task(name)
+    ds = task.metadata.dataset  # mteb passes it to load_dataset (a local folder ignores the revision)
+    ds["path"] = local_snapshot(ds["path"], revision=ds.get("revision"))
+    return task
+
+
 def evaluate_embeddings(encoder: MeanPooledEncoder, tasks) -> dict:
     """Run mteb tasks (task objects or names) with no result cache; returns {task: scores}."""
     import mteb
 
-    tasks = [mteb.get_task(t) if isinstance(t, str) else t for t in tasks]
+    tasks = [cached_mteb_task(t) if isinstance(t, str) else t for t in tasks]
     result = mteb.evaluate(encoder, tasks, cache=None, show_progress_bar=False, encode_kwargs={"batch_size": encoder.batch_size})
     out = {}
     for task_result in result.task_results:

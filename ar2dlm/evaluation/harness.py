@@ -122,8 +122,11 @@ def evaluate_harness(lm: HarnessLM, tasks: list, limit: int | None = None, num_f
                      seed: int = 0) -> dict:
     """Run lm-eval tasks (names or config dicts) on ``lm``; returns {task: {metric: value}}."""
     from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
 
-    res = simple_evaluate(model=lm, tasks=tasks, limit=limit, num_fewshot=num_fewshot, log_samples=False,
+    # whole task configs need no index of lm-eval's tasks (building one takes 5-50 s)
+    manager = TaskManager(include_defaults=False) if all(isinstance(t, dict) for t in tasks) else None
+    res = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit, num_fewshot=num_fewshot, log_samples=False,
                           random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
                           bootstrap_iters=0)
     return {task: {k.split(",")[0]: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "alias"}

@@ -33,6 +33,28 @@ def local_task(name: str, data_file: str | Path) -> dict:
     return cfg
 
 
+def harness_metric(spec: dict) -> str:
+    """A harness benchmark's headline metric: its lm-eval task's own first metric (aime24:
+    exact_match; gpqa_diamond_zeroshot and the local choice task: acc)."""
+    from ..data.hub import harness_entry
+
+    if spec["local"]:
+        return yaml.safe_load((LOCAL_TASKS / f"{spec['task']}.yaml").read_text())["metric_list"][0]["metric"]
+    return harness_entry(spec["task"])["metric"]
+
+
+def cached_harness_task(name: str) -> dict:
+    """An installed lm-eval task's config reading its data set from the cached hub snapshot (jobs
+    run with the hub offline; lm-eval would otherwise ask the hub)."""
+    from ..data.hub import harness_task_config, local_snapshot
+
+    cfg = harness_task_config(name)
+    kwargs = dict(cfg.get("dataset_kwargs") or {})
+    cfg["dataset_path"] = local_snapshot(cfg["dataset_path"], revision=kwargs.pop("revision", None))
+    cfg["dataset_kwargs"] = kwargs or None
+    return cfg
+
+
 def _dtype(spec):
     """The torch dtype of the evaluated weights (torch loads with the model, not at DAG build)."""
     import torch
@@ -96,6 +118,8 @@ def _harness(model_dir, spec, inputs, seed, name):
             data = Path(tmp) / f"{task}.jsonl"
             write_jsonl(data, choice_items(read_jsonl(inputs["math"]), seed=0))
             task = local_task(task, data)
+        else:
+            task = cached_harness_task(task)
         scores = evaluate_harness(lm, [task], limit=spec.get("limit"), num_fewshot=spec.get("num_fewshot"), seed=seed)
     return load_conventions(model_dir), {"metrics": next(iter(scores.values())), "tasks": scores}
 

@@ -3,12 +3,13 @@ built, before any job starts. Every error names the key."""
 
 from __future__ import annotations
 
+import glob
 import json
-import os
 from pathlib import Path
 
 from ..data.code_suite import split_pairings
 from ..data.corpus import PROMPT_SOURCES
+from ..data.hub import cached_per_version
 from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_EMBEDDING_TASKS, LOCAL_HARNESS_TASKS
 from ..training.tracking import missing_package
 from .config import ConfigError
@@ -33,18 +34,11 @@ def _mteb_tasks() -> list[str]:
 
 def installed_names(package: str) -> tuple[str, set[str]]:
     """(version, names) of the tasks an installed package registers (lm-eval, mteb), cached per
-    version under ~/.cache/ar2dlm: building lm-eval's task index takes 15-50 s on 2 cores."""
+    version (building lm-eval's task index takes 15-50 s on 2 cores)."""
     from importlib.metadata import version
 
-    v = version(package)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ar2dlm" / f"{package}-{v}-tasks.json"
-    if not cache.is_file():
-        names = sorted({"lm_eval": _lm_eval_tasks, "mteb": _mteb_tasks}[package]())
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(names))
-        tmp.replace(cache)
-    return v, set(json.loads(cache.read_text()))
+    compute = lambda: sorted({"lm_eval": _lm_eval_tasks, "mteb": _mteb_tasks}[package]())  # noqa: E731
+    return version(package), set(cached_per_version(package, "tasks", "names", compute))
 
 
 def check_config(config: dict) -> None:
@@ -119,6 +113,7 @@ def check_config(config: dict) -> None:
     check_runs(config)
     check_evals(config)
     check_armap(config)
+    check_local_files(config)
     check_bench(config)
     package = missing_package(config["tracking"]["backend"])
     if package:
@@ -179,6 +174,9 @@ def check_runs(config: dict) -> None:
             if m not in models:
                 raise ConfigError(f"{key}.models", f"{m!r} is not a key of models ({', '.join(models)})")
         tr = run["training"]
+        if tr["warmup_steps"] >= tr["steps"]:
+            raise ConfigError(f"{key}.training.warmup_steps", f"{tr['warmup_steps']} warm-up steps, not fewer than the "
+                              f"run's {tr['steps']} steps: the learning rate would never reach its peak")
         slots = tr["steps"] * tr["batch_size"] * tr["seq_len"]
         stream = config["data"]["corpus"]["stream_tokens"]
         if run["data"] == "stream" and run["distill"] is None and slots > stream:
@@ -240,6 +238,60 @@ def check_runs(config: dict) -> None:
                 raise ConfigError(f"studies.{study}.models", f"{m!r} is not a key of models")
 
 
+
+
+LINES_CHECKED = 100_000  # lines of a local JSONL file parsed at DAG build (a job reads the rest)
+
+
+def _data_files(spec) -> list[str]:
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        return [spec]
+    return [f for v in (spec.values() if isinstance(spec, dict) else spec) for f in _data_files(v)]
+
+
+def check_local_file(key: str, pattern: str) -> None:
+    """A local data file (or glob) the config names: it exists, holds rows, and its first
+    ``LINES_CHECKED`` JSONL lines parse; errors name the key, the file and the line."""
+    paths = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+    if not paths:
+        raise ConfigError(key, f"{pattern!r} matches no file")
+    for path in paths:
+        if not Path(path).is_file():
+            raise ConfigError(key, f"no such file: {path}")
+        if Path(path).stat().st_size == 0:
+            raise ConfigError(key, f"{path} is empty")
+        if not path.endswith(".jsonl"):
+            continue
+        rows = 0
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                if n > LINES_CHECKED:
+                    break
+                if line.strip():
+                    try:
+                        json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise ConfigError(key, f"{path}, line {n}: not valid JSON ({exc.msg})") from None
+                    rows += 1
+        if not rows:
+            raise ConfigError(key, f"{path} holds no rows")
+
+
+def check_local_files(config: dict) -> None:
+    """Every local file the config reads data from (problems, corpora, preference pairs, prompt sets)."""
+    data = config["data"]
+    specs = {"data.corpus.hub": data["corpus"]["hub"]} if data["corpus"]["source"] == "hub" else {}
+    specs |= {f"data.preferences.domains.{d}": s for d, s in data["preferences"]["domains"].items()
+              if s["source"] == "hub"}
+    specs |= {f"data.prompt_sets.{p}": s for p, s in data["prompt_sets"].items()}
+    for key, spec in specs.items():
+        for f in _data_files(spec.get("data_files")):
+            check_local_file(f"{key}.data_files", f)
+    for name, b in config["eval"]["benchmarks"].items():
+        if b.get("source") == "path":
+            check_local_file(f"eval.benchmarks.{name}.path", b["path"])
 
 
 def check_evals(config: dict) -> None:

@@ -15,15 +15,17 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from ..evaluation.suite import BENCHMARK_KINDS
+from ..evaluation.suite import BENCHMARK_KINDS, harness_metric
 from ..pipeline import layout
 from ..pipeline.jobs import study_members, study_models
 from ..provenance import read_json
 
 
 def headline_metric(config: dict, benchmark: str) -> str:
-    """The metric of a benchmark that figures plot and claims compare: its kind's first table metric."""
-    return BENCHMARK_KINDS[config["eval"]["benchmarks"][benchmark]["kind"]].metrics[0]
+    """The metric of a benchmark that claims and the AR-MAP table compare: a harness task's own
+    first metric, else its kind's first table metric."""
+    spec = config["eval"]["benchmarks"][benchmark]
+    return harness_metric(spec) if spec["kind"] == "harness" else BENCHMARK_KINDS[spec["kind"]].metrics[0]
 
 
 def study_inputs(config: dict, study: str) -> list[str]:

@@ -9,7 +9,9 @@ generators). A killed run resumes from its last checkpoint, on any number of pro
 with the same weights as an uninterrupted one (every random draw comes from a generator saved in
 the checkpoint, and batches are a function of the step). ``training.keep_states`` keeps the trainer
 state of the last N checkpoints only (the weights of every checkpoint stay). A non-finite loss stops
-the run before the optimizer step, so the last good checkpoint is never overwritten. Under
+the run before the optimizer step, so the last good checkpoint is never overwritten. Every file of a
+checkpoint is recorded with its sha256; a resume checks them and sets a corrupt checkpoint aside
+(``corrupt/``), resuming from the newest intact one. Under
 ``torchrun`` with several processes the model is sharded with FSDP2 (``sharding``) and each rank
 takes its share of the batch.
 """
@@ -27,7 +29,7 @@ from tqdm import tqdm
 
 from ..core.attention import set_training_attention
 from ..core.conventions import Conventions
-from ..core.models import load_conventions, save_model
+from ..core.models import CheckpointError, file_sha256, load_conventions, save_model, verify_weights
 from ..pipeline.layout import checkpoint_dir, checkpoint_dirs
 from ..provenance import library_versions, read_json, read_jsonl, write_json
 from ..data.token_rows import TokenRows, document_rows
@@ -50,6 +52,41 @@ def checkpoint_steps(out_dir: Path) -> list[int]:
 def resumable_steps(out_dir: Path) -> list[int]:
     """Steps whose checkpoint still holds its trainer state."""
     return sorted(k for k, p in checkpoint_dirs(out_dir).items() if (p / STATE_FILE).is_file())
+
+
+def _state_hashes(ckpt: Path) -> dict:
+    return {str(f.relative_to(ckpt)): file_sha256(f) for f in sorted((ckpt / STATE_DIR).rglob("*")) if f.is_file()}
+
+
+def verify_checkpoint(ckpt: Path) -> None:
+    """A resumable checkpoint's weights and trainer state against the sha256 of each file recorded
+    when it was written (the state's in ``trainer_state.pt``, written last)."""
+    verify_weights(ckpt)
+    try:
+        recorded = torch.load(ckpt / STATE_FILE, weights_only=False)["state_sha256"]
+    except Exception as exc:  # truncated, or written before hashes were recorded
+        raise CheckpointError(f"{ckpt / STATE_FILE} cannot be read ({type(exc).__name__}: {exc})") from exc
+    if _state_hashes(ckpt) != recorded:
+        raise CheckpointError(f"{ckpt / STATE_DIR} does not match the sha256 of its files recorded when it was written")
+
+
+def set_aside_corrupt(out_dir: Path) -> list[str]:
+    """Move resumable checkpoints that fail ``verify_checkpoint``, newest first, to
+    ``corrupt/<name>-<time>/`` (never deleted) until one passes: the run resumes from the newest
+    intact one. Returns what was moved and why."""
+    moved = []
+    for step in reversed(resumable_steps(out_dir)):
+        ckpt = checkpoint_dir(out_dir, step)
+        try:
+            verify_checkpoint(ckpt)
+            break
+        except CheckpointError as exc:
+            target = out_dir / "corrupt" / f"{ckpt.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(ckpt, target)
+            moved.append(f"{ckpt.name} -> {target} ({exc})")
+            print(f"checkpoint set aside: {moved[-1]}", flush=True)
+    return moved
 
 
 def keep_matching_checkpoints(out_dir: Path, settings: dict) -> dict:
@@ -174,6 +211,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     if rank == 0:
         computed = {**run, "training": {k: v for k, v in tr.items() if k not in LAUNCH_KEYS}}
         settings = keep_matching_checkpoints(out_dir, {"run": computed, "seed": seed, "teacher": str(teacher_dir)})
+        set_aside_corrupt(out_dir)
     barrier(world)
     if world > 1:  # FSDP2: each rank holds a shard of the parameters, gradients and optimizer state
         shard(model, tr)
@@ -288,7 +326,7 @@ def save_checkpoint(model, opt, tokenizer, generator_state: torch.Tensor, out_di
     save_trainer_state(model, opt, tmp / STATE_DIR, world)
     barrier(world)
     if rank == 0:
-        torch.save({"generator": generator_state, "step": step}, tmp / STATE_FILE)
+        torch.save({"generator": generator_state, "step": step, "state_sha256": _state_hashes(tmp)}, tmp / STATE_FILE)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         keep = training.get("keep_states")

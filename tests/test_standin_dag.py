@@ -1,0 +1,88 @@
+"""The paper DAG offline: the paper_standin preset (paper with stand-ins for what the network and
+GPUs provide) runs all_tables to the end on CPU from a stand-in hub cache, with the hub offline."""
+
+import re
+import time
+
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO, run_snakemake
+
+STANDIN = str(REPO / "config" / "presets" / "paper_standin.yaml")
+PAPER = str(REPO / "config" / "presets" / "paper.yaml")
+
+
+def planned_rules(stdout: str) -> set[str]:
+    stats = stdout[stdout.index("Job stats:"):].split("\n\n")[0]
+    return {m.group(1) for m in re.finditer(r"^(\w+)\s+\d+$", stats, re.M)} - {"total"}
+
+
+@pytest.fixture(scope="module")
+def standin_run(tmp_path_factory, standin_hub):
+    from ar2dlm.data.standins import write_evalplus_release
+    from ar2dlm.pipeline.layout import evalplus_cache
+
+    work = tmp_path_factory.mktemp("standin")
+    write_evalplus_release(work / evalplus_cache())  # evalplus's download folder of this working directory
+    t0 = time.time()
+    proc = run_snakemake(["all_tables", "--configfile", STANDIN, "--cores", "2"], work, timeout=1800,
+                         hub_cache=standin_hub)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    print(f"paper_standin all_tables: {time.time() - t0:.0f} s")
+    return work
+
+
+@pytest.mark.slow
+def test_standin_and_paper_plan_the_same_rules(tmp_path, standin_hub):
+    plans = {}
+    for name, preset in (("paper", PAPER), ("standin", STANDIN)):
+        (tmp_path / name).mkdir()
+        proc = run_snakemake(["-n", "all_tables", "--configfile", preset], tmp_path / name, timeout=300,
+                             hub_cache=standin_hub)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        plans[name] = planned_rules(proc.stdout)
+    assert plans["paper"] == plans["standin"]
+    assert {"convert", "dpo_teacher", "dlm_dpo", "armap_spectra", "gamma_search", "claims"} <= plans["paper"]
+
+
+@pytest.mark.paper_dag
+def test_every_study_table_has_a_row_per_run(standin_run):
+    from ar2dlm.pipeline.config import load_preset
+
+    config = load_preset("paper_standin", REPO / "config")
+    for study, spec in config["studies"].items():
+        table = pd.read_csv(standin_run / "results" / "tables" / f"{study}.csv")
+        for model in spec.get("models") or sorted({m for r in spec["runs"] for m in config["runs"][r]["models"]}):
+            runs = set(table.loc[table["model"] == model, "run"])
+            trained = [r for r in spec["runs"] if model in config["runs"][r]["models"]]
+            assert set(trained) <= runs, (study, model, runs)
+    assert (standin_run / "results" / "tables" / "armap" / "main.md").stat().st_size > 0
+    claims = pd.read_csv(standin_run / "results" / "claims.csv")
+    assert len(claims) == 12 and claims["verdict"].notna().all()
+
+
+@pytest.mark.paper_dag
+def test_the_paper_code_paths_ran(standin_run):
+    import json
+
+    results = standin_run / "results"
+    # every conversion ran as two FSDP processes (the plan's 2-GPU node)
+    logs = sorted((results / "logs" / "convert").glob("*.log"))
+    assert logs and all(log.with_name(log.name + ".rank1").is_file() for log in logs)
+    # lm-eval's own aime24 and gpqa_diamond_zeroshot through the ar2dlm class, from the cached hub data sets
+    aime = json.loads((results / "eval" / "aime24" / "qwen3_8b" / "teacher.json").read_text())
+    gpqa = json.loads((results / "eval" / "gpqa_diamond" / "qwen3_4b" / "teacher.json").read_text())
+    assert "exact_match" in aime["metrics"] and "acc" in gpqa["metrics"]
+    mteb = json.loads((results / "eval" / "mteb" / "qwen3_4b" / "ed_bidir" / "seed0" / "step_2.json").read_text())
+    assert set(mteb["tasks"]) == {"SciFact", "NFCorpus", "STSBenchmark", "Banking77Classification"}
+    # MBPP+ through evalplus's sanitizer, HumanEval+ with its plus inputs
+    mbpp = json.loads((results / "eval" / "mbpp_plus" / "qwen3_0_6b" / "teacher.json").read_text())
+    assert mbpp["n_tasks"] == 3 and "plus_pass@1" in mbpp["metrics"]
+    # the Base convention: eos = pad = <|endoftext|>, <|mask|> added at 151669
+    conv = json.loads((results / "models" / "qwen3_8b" / "teacher" / "ar2dlm.json").read_text())
+    assert conv["eos_token_id"] == conv["pad_token_id"] == 151643 and conv["mask_token_id"] == 151669
+    # AR-MAP: LoRA DPO, spectra and a gamma search over the grid
+    gamma = json.loads((results / "armap" / "qwen3_4b" / "ed" / "seed0" / "helpful" / "ties" / "gamma.json").read_text())
+    assert gamma
+    assert (results / "armap" / "qwen3_4b" / "ed" / "seed0" / "math" / "spectra.csv").stat().st_size > 0
