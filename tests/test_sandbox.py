@@ -47,6 +47,16 @@ def test_plain_data_round_trip_and_refusals():
         decode(deep)
 
 
+def test_programs_import_the_evaluators_packages(tmp_path):
+    """What evalplus's workers could import, a program can: numpy, and a numpy scalar result
+    compares as its value."""
+    problems = tmp_path / "toy.jsonl"
+    write_jsonl(problems, [TOY])
+    body = "    import numpy as np\n    return np.int64(x * x + 7)\n"
+    for fmt in ("evalplus", "humaneval"):
+        assert score_samples(problems, [{"task_id": "Toy/0", "completion": body}], fmt=fmt)["per_task"]["Toy/0"][0]["base"]
+
+
 def test_missing_bubblewrap_is_named(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SandboxUnavailable, match="package `bubblewrap`"):

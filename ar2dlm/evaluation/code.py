@@ -143,28 +143,30 @@ def evalplus_match(dataset: str, entry_point: str, inp: list, out, exp, atol: fl
 
 
 def _evalplus_verdict(problem: dict, solution: str, expected: dict, dataset: str, limits: dict) -> dict:
-    """base and plus verdicts of one program: each level in a fresh sandbox, evalplus's time limits
-    (per input max(1 s, 4x the canonical solution's time); per level min(60 s, their sum) + 1 s)."""
+    """base and plus verdicts of one program, with evalplus's time limits: per input max(1 s, 4x
+    the canonical solution's time), per level min(60 s, their sum) + 1 s. evalplus starts a fresh
+    process per level; here the plus inputs follow the base inputs in the same sandbox (half the
+    start-ups; verdicts agree on honest programs, which keep no state between calls)."""
     from evalplus.config import DEFAULT_GT_TIME_LIMIT_FACTOR, DEFAULT_MIN_TIME_LIMIT
 
-    verdict = {}
-    for level in ("base", "plus"):
-        if level == "plus" and not verdict["base"]:
-            verdict["plus"] = False  # plus counts only on top of base
-            break
-        time_limits = [max(DEFAULT_MIN_TIME_LIMIT, DEFAULT_GT_TIME_LIMIT_FACTOR * t) for t in expected[f"{level}_time"]]
-        atol, passed = problem["atol"], True
-        try:
-            with SandboxedProgram(solution, problem["entry_point"], budget_s=min(60.0, sum(time_limits)) + 1,
-                                  limits=limits) as program:
-                for inp, exp, limit in zip(problem[f"{level}_input"], expected[level], time_limits):
+    def level_limits(level):
+        per_input = [max(DEFAULT_MIN_TIME_LIMIT, DEFAULT_GT_TIME_LIMIT_FACTOR * t) for t in expected[f"{level}_time"]]
+        return per_input, min(60.0, sum(per_input)) + 1
+
+    verdict = {"base": False, "plus": False}
+    try:
+        with SandboxedProgram(solution, problem["entry_point"], budget_s=level_limits("base")[1], limits=limits) as program:
+            for level in ("base", "plus"):
+                per_input, budget = level_limits(level)
+                program.allow(budget)
+                atol = problem["atol"]
+                for inp, exp, limit in zip(problem[f"{level}_input"], expected[level], per_input):
                     match, atol = evalplus_match(dataset, problem["entry_point"], inp, program.call(inp, limit), exp, atol)
                     if not match:
-                        passed = False
-                        break
-        except ProgramFailed:
-            passed = False
-        verdict[level] = passed
+                        return verdict
+                verdict[level] = True  # plus counts only on top of base
+    except ProgramFailed:
+        pass
     return verdict
 
 

@@ -4,7 +4,7 @@ inside the bubblewrap sandbox (``ar2dlm.evaluation.sandbox``), which sees neithe
 the problems, the canonical solutions or the expected outputs.
 
 Protocol: one JSON document per line. Parent -> runner: first ``{"program", "entry_point",
-"limits"}``, then ``{"call": [args...]}`` per test input. Runner -> parent: ``{"ready": true}``
+"limits", "path"}``, then ``{"call": [args...]}`` per test input. Runner -> parent: ``{"ready": true}``
 once the program is loaded, then ``{"ok": value}`` or ``{"raised": name}`` per call. Values travel
 in the plain-data encoding below; the parent decodes replies with ``decode``, which builds exact
 builtin types only and bounds depth, so nothing the program returns can carry behaviour (an
@@ -132,6 +132,7 @@ def main():
             data = data[os.write(chan_out, data):]
 
     first = json.loads(chan_in.readline())
+    sys.path[:] = first["path"]
     limits = first["limits"]
     _limit(resource.RLIMIT_AS, limits["memory_bytes"])
     _limit(resource.RLIMIT_CPU, limits["cpu_s"])

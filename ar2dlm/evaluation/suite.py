@@ -68,7 +68,9 @@ def _load(model_dir, spec):
 
 def _code(model_dir, spec, inputs, seed, name):
     from .code import evaluate_code
+    from .sandbox import require_sandbox
 
+    require_sandbox()  # before the model loads
     model, tok, conv, info = _load(model_dir, spec)
     return info, evaluate_code(model, tok, conv, read_jsonl(inputs["problems"]), spec, seed=seed)
 
@@ -77,7 +79,9 @@ def _throughput(model_dir, spec, inputs, seed, name):
     """Accuracy, tokens/s and tokens per step across thresholds (and decoding block sizes for
     bidirectional DLMs; a block-attention model decodes with its own); one row for AR models."""
     from .code import evaluate_code
+    from .sandbox import require_sandbox
 
+    require_sandbox()
     model, tok, conv, info = _load(model_dir, spec)
     tasks = read_jsonl(inputs["problems"])
     if not conv.is_diffusion:

@@ -1,5 +1,5 @@
 """Teacher checks: held-out loss on the suites' eval splits and greedy pass@1 on the held-out
-code suite, scored by evalplus."""
+code suite, judged by evalplus's oracle."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from ..core.models import load_model
 from ..provenance import library_versions, read_jsonl
 from ..data.tokenization import encode_pair
 from .code import evaluate_code
+from .sandbox import require_sandbox
 
 
 def completion_loss(model, tokenizer, items: list[tuple[str, str]], batch_size: int = 32) -> float:
@@ -19,6 +20,7 @@ def completion_loss(model, tokenizer, items: list[tuple[str, str]], batch_size: 
 
 
 def evaluate_teacher(model_dir, code_eval_path, math_eval_path, cfg: dict) -> dict:
+    require_sandbox()  # before the model loads
     model, tok, conv, _ = load_model(model_dir)
     if conv.is_diffusion:
         raise ValueError(f"{model_dir} is a {conv.attention}-attention model; the teacher check decodes causally")
