@@ -80,7 +80,7 @@ def bwrap_command(limits: dict) -> list[str]:
             outer += ["--perms", "0755", "--dir", str(parent)]
         outer += ["--ro-bind", d, d]
     # The inner layer writes its uid map through /proc and may only mount its own proc where one is fully visible.
-    outer += ["--ro-bind", bwrap, "/run/bwrap", "--dev", "/dev", "--bind", "/proc", "/proc", "--tmpfs", "/tmp"]
+    outer += ["--ro-bind", bwrap, "/run/bwrap", "--dev", "/dev", "--bind", "/proc", "/proc"]
     drop = []
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
@@ -90,6 +90,7 @@ def bwrap_command(limits: dict) -> list[str]:
         drop = ["/run/setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups"]
     inner = ["/run/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--size", str(limits["tmp_bytes"]),
              "--tmpfs", "/dev/shm", "--proc", "/proc", "--size", str(limits["tmp_bytes"]), "--tmpfs", "/tmp",
+             *[arg for d in _interpreter_dirs() if d.startswith("/tmp/") for arg in ("--ro-bind", d, d)],  # a venv in /tmp
              "--remount-ro", "/dev", "--remount-ro", "/", "--unshare-all", "--unshare-user", "--disable-userns",
              "--die-with-parent", "--new-session", "--clearenv", "--setenv", "PYTHONHASHSEED", "0",
              "--chdir", "/tmp", "--"]
