@@ -4,7 +4,8 @@
 
 
 rule dpo_teacher:
-    """DPO of the AR teacher on one preference domain, or on all of them together (TRL)."""
+    """DPO of the AR teacher on one preference domain, or on all of them together (TRL; full DPO
+    that one GPU cannot hold: the FSDP2 trainer under torchrun, as planned)."""
     input:
         model=layout.teacher_dir(),
         train=preference_files("train"),
@@ -12,8 +13,11 @@ rule dpo_teacher:
     output:
         directory(layout.teacher_dpo_dir()),
     params:
-        cfg=config["armap"]["dpo"],
+        cfg=json.dumps(config["armap"]["dpo"]),
         seed=config["seed"],
+        launcher=lambda wc, resources: launcher(resources),
+    resources:
+        **dpo_resources("dpo_teacher"),
     threads: 1
     log:
         layout.log_path("armap/dpo_teacher_{model}_{pdomain}"),
@@ -21,8 +25,10 @@ rule dpo_teacher:
         layout.bench_path("armap/dpo_teacher_{model}_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
-    script:
-        "../workflow_scripts/dpo_teacher.py"
+    shell:
+        "{params.launcher} -m ar2dlm.armap.dpo_run --model {input.model:q} --train {input.train:q} "
+        "--eval {input.eval:q} --settings {params.cfg:q} --seed {params.seed} --out {output:q} --job-log {log:q} "
+        "--threads {threads}"
 
 
 rule armap_spectra:
@@ -70,7 +76,8 @@ rule gamma_search:
 
 
 rule dlm_dpo:
-    """The baseline: DPO directly on the DLM with ELBO log-likelihoods, same pairs and steps."""
+    """The baseline: DPO directly on the DLM with ELBO log-likelihoods, same pairs and steps (sharded
+    like dpo_teacher when planned so)."""
     input:
         manifest=layout.conversion_manifest(),
         train=preference_files("train"),
@@ -78,7 +85,10 @@ rule dlm_dpo:
     output:
         directory(layout.dlm_dpo_dir()),
     params:
-        cfg=config["armap"]["dlm_dpo"],
+        cfg=json.dumps(config["armap"]["dlm_dpo"]),
+        launcher=lambda wc, resources: launcher(resources),
+    resources:
+        **dpo_resources("dlm_dpo"),
     threads: 1
     log:
         layout.log_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
@@ -86,8 +96,10 @@ rule dlm_dpo:
         layout.bench_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
     conda:
         "../envs/ar2dlm.yaml"
-    script:
-        "../workflow_scripts/dlm_dpo.py"
+    shell:
+        "{params.launcher} -m ar2dlm.armap.dpo_run --manifest {input.manifest:q} --train {input.train:q} "
+        "--eval {input.eval:q} --settings {params.cfg:q} --seed {wildcards.seed} --out {output:q} --job-log {log:q} "
+        "--threads {threads}"
 
 
 rule evaluate_armap_model:

@@ -48,9 +48,11 @@ try:
 except ConfigError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
 PLANS = {}  # conversion launches planned for config["cluster"] (python -m ar2dlm.plan prints them)
+GPU_JOBS = {}  # evaluation and AR-MAP jobs planned for it (GPUs of a sharded full DPO)
 if config.get("cluster"):
     PLANS = {p.job: p for p in plan_jobs(config)}
-    _unfit = unfit(list(PLANS.values())) + unfit_one_gpu(plan_one_gpu_jobs(config), config["cluster"]["gpu_memory_gb"])
+    GPU_JOBS = {j.job: j for j in plan_one_gpu_jobs(config)}
+    _unfit = unfit(list(PLANS.values())) + unfit_one_gpu(list(GPU_JOBS.values()), config["cluster"]["gpu_memory_gb"])
     if _unfit:
         raise WorkflowError("jobs that do not fit the config's cluster (python -m ar2dlm.plan prints every "
                             "estimate):\n  " + "\n  ".join(_unfit))
@@ -203,6 +205,17 @@ def launcher(resources):
     if gpus > 1:
         return f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node={gpus}"
     return sys.executable
+
+
+def dpo_resources(kind: str):
+    """GPUs and host memory of a planned DPO job (``kind``: dpo_teacher or dlm_dpo): one GPU for
+    LoRA DPO or a full DPO that fits it, else the planner's GPUs of one node, torchrun starting one
+    process per GPU, each loading the model in fp32 before sharding it. None without a plan (the
+    profile's)."""
+    if not GPU_JOBS:
+        return {}
+    gpus = lambda wc: GPU_JOBS[f"{kind}/{wc.model}"].gpus  # noqa: E731
+    return {"gpu": gpus, "mem_mb": lambda wc: 64000 if gpus(wc) == 1 else 48000 * gpus(wc)}
 
 
 def conversion_plan(wildcards):

@@ -203,3 +203,36 @@ def test_folder_weights_name_missing_and_mismatched_weights(models, smoke_tokeni
     save_model(wide, smoke_tokenizer[0], tmp_path / "wide", {"method": "test"})
     with pytest.raises(ValueError, match=r"differ in weights: .*\(\d+, 32\) vs \(\d+, 64\)"):
         FolderWeights(models / "ar").check_matches(FolderWeights(tmp_path / "wide"))
+
+
+@pytest.mark.parametrize("kind", ["ar", "dlm"])
+def test_full_dpo_sharded_over_two_processes_learns_like_one(models, tmp_path, kind):
+    """Full DPO in the FSDP2 trainer (AR-MAP's full-DPO option on several GPUs): two gloo processes
+    under torchrun through the dpo rules' command line, policy and reference sharded, end where one
+    process of the same trainer ends, and raise held-out reward accuracy."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from ar2dlm.armap.dpo import train_dpo_sharded
+    from ar2dlm.provenance import write_jsonl
+
+    rows = _pairs(40)
+    write_jsonl(tmp_path / "train.jsonl", rows[:32])
+    write_jsonl(tmp_path / "eval.jsonl", rows[32:] if kind == "ar" else rows[:16])
+    cfg = {"beta": 0.1 if kind == "ar" else 0.5, "steps": 12, "lr": 3e-3, "batch_size": 8, "grad_accum": 2,
+           "max_length": 128, "train_pairs": None, "eval_pairs": None, "elbo_samples": 2, "eval_elbo_samples": 4}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "ar2dlm.armap.dpo_run",
+           "--model", str(models / kind), "--train", str(tmp_path / "train.jsonl"), "--eval", str(tmp_path / "eval.jsonl"),
+           "--settings", json.dumps(cfg), "--seed", "0", "--out", str(tmp_path / "two"), "--launch", json.dumps({"shard_teacher": True})]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two = load_model(tmp_path / "two").info
+    assert two["sharded"]["processes"] == 2 and two["method"] == ("ar_dpo" if kind == "ar" else "dlm_dpo")
+    assert two["reward_accuracy_before"] == 0.0 and two["reward_accuracy"] > 0.5
+    assert two["log"][-1]["dpo"] < two["log"][0]["dpo"]
+    one = train_dpo_sharded(models / kind, rows[:32], rows[32:], tmp_path / "one", cfg, seed=0, domains=["math"])
+    assert one["sharded"]["processes"] == 1
+    a, b = FolderWeights(tmp_path / "one"), FolderWeights(tmp_path / "two")
+    assert all(torch.allclose(a[n], b[n], atol=2e-4) for n in a.names())

@@ -105,3 +105,25 @@ def test_lora_is_what_fits_8b_dpo_on_one_gpu():
     assert sum(full.values()) / GB > 130 > 80 > 30 > sum(lora.values()) / GB  # fp32 weights, gradients, AdamW: 16 B/param
     assert full["reference"] == 0  # a causal model's reference log-probabilities are precomputed
     assert dpo_parts(shape, {**cfg, "lora": None}, True)["reference"] == 4 * shape.params
+
+
+def test_full_dpo_of_8b_is_sharded_over_the_gpus_that_hold_it(tmp_path):
+    """Without LoRA, 8B DPO cannot fit one GPU: the planner shards it (FSDP2 trainer) over the
+    fewest GPUs of a node that hold it, and the DAG launches it with torchrun on that many."""
+    from tests.conftest import run_snakemake
+
+    config = paper()
+    full = {**config, "armap": {**config["armap"], "dpo": {**config["armap"]["dpo"], "lora": None},
+                                "dlm_dpo": {**config["armap"]["dlm_dpo"], "lora": None}}}
+    jobs = {j.job: j for j in plan_one_gpu_jobs(full)}
+    for kind in ("dpo_teacher", "dlm_dpo"):
+        job = jobs[f"{kind}/qwen3_8b"]
+        assert job.fits and job.gpus == 4 and job.parts["weights"] * 4 == pytest.approx(4 * QWEN3_SHAPES["Qwen/Qwen3-8B-Base"].params)
+        assert jobs[f"{kind}/qwen3_4b"].gpus == 2
+    assert {j.gpus for j in plan_one_gpu_jobs(config) if "dpo" in j.job} == {1}  # LoRA: one GPU
+    override = tmp_path / "full_dpo.yaml"
+    override.write_text(yaml.safe_dump({"preset": "paper", "armap": {"dpo": {"lora": None}, "dlm_dpo": {"lora": None}}}))
+    proc = run_snakemake(["-n", "-p", "all_tables", "--configfile", str(PAPER), str(override), "--until", "dpo_teacher"],
+                         tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert "--nproc_per_node=4 -m ar2dlm.armap.dpo_run --model" in out, out[-3000:]

@@ -14,6 +14,11 @@ disabled, and the saved model is the adapter merged in fp32: the preference vect
 LoRA delta. Full DPO of a causal model precomputes the reference log-probabilities (TRL's
 ``precompute_ref_log_probs``), so no reference copy stays in memory; full DPO of a DLM keeps a frozen
 reference, since its ELBO masks change every step.
+
+Full DPO on several GPUs (``train_dpo_sharded``, launched by torchrun like a conversion) runs in the
+project's own FSDP2 trainer with the DPO objective (``ar2dlm.training.objectives.Preference``):
+policy and frozen reference sharded across the processes, checkpoints resumable on any number of
+them; the exported folder carries the same provenance as TRL's path.
 """
 
 from __future__ import annotations
@@ -171,6 +176,82 @@ def train_dpo(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir,
                   "reward_accuracy_before": before, "reward_accuracy": after, "eval_loss": eval_loss,
                   "wall_seconds": round(time.time() - t0, 1), "log": log, "versions": library_versions()}
     save_model(trained, tok, out_dir, provenance)
+    return provenance
+
+
+def sharded_dpo_run(cfg: dict, conventions: dict, launch: dict) -> dict:
+    """The trainer's run settings for full DPO with a dpo section of the config: TRL's defaults where
+    the config is silent (cosine schedule with 10% warm-up, no weight decay, gradient norm 1.0)."""
+    gpu = torch.cuda.is_available()
+    return {"name": "dpo", "method": "dpo", "init": "ar", "freeze": [], "distill": None, "align": None,
+            "attention": conventions["attention"], "shift": conventions["shift"], "block_size": conventions["block_size"],
+            "preference": {"beta": cfg["beta"], "elbo_samples": cfg.get("elbo_samples", 1)},
+            "training": {"batch_size": cfg["batch_size"], "grad_accum": cfg.get("grad_accum", 1), "seq_len": cfg["max_length"],
+                         "steps": cfg["steps"], "lr": cfg["lr"], "warmup_steps": max(1, cfg["steps"] // 10),
+                         "weight_decay": 0.0, "grad_clip": 1.0, "dtype": "bf16" if gpu else "fp32",
+                         "checkpoint_every": cfg.get("checkpoint_every", cfg["steps"]), "log_every": 10,
+                         "export_dtype": "fp32", "keep_states": 1,
+                         "activation_checkpointing": launch.get("activation_checkpointing", gpu)}}
+
+
+def pair_reward_accuracy(model, ref, tok, conv, rows: list[dict], cfg: dict, seed: int) -> float:
+    """Share of held-out pairs whose implicit reward margin (policy against reference) is positive:
+    causal log-likelihoods, or ELBOs on ``eval_elbo_samples`` masks shared by both models."""
+    from ..core.likelihood import ar_loglikelihood
+    from .gamma import reference_scores, reward_accuracy
+
+    if conv.is_diffusion:
+        n = cfg["eval_elbo_samples"]
+        refs = reference_scores(ref, conv, rows, tok, n_samples=n, seed=seed)
+        return reward_accuracy(model, conv, rows, tok, refs, beta=cfg["beta"], n_samples=n, seed=seed)
+    from .gamma import _pairs
+
+    wins, loses = _pairs(tok, rows)
+    score = lambda m, pairs: torch.tensor(ar_loglikelihood(m, pairs, tok.pad_token_id))  # noqa: E731
+    margin = (score(model, wins) - score(ref, wins)) - (score(model, loses) - score(ref, loses))
+    return float((cfg["beta"] * margin > 0).float().mean())
+
+
+def train_dpo_sharded(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir, cfg: dict, seed: int,
+                      domains: list[str], launch: dict | None = None) -> dict | None:
+    """Full DPO under torchrun, every process calling this: the trainer's checkpoints go to
+    ``<out_dir>.train/`` (a killed job resumes there, on any number of processes), and rank 0 writes
+    the final weights to ``out_dir`` with the provenance ``train_dpo`` writes."""
+    from pathlib import Path
+
+    from ..core.models import load_conventions
+    from ..pipeline.layout import checkpoint_dir
+    from ..provenance import read_jsonl, write_jsonl
+    from ..training.sharding import barrier
+    from ..training.trainer import _distributed, train_run
+
+    if cfg.get("lora"):
+        raise ValueError("sharded DPO is full DPO: a LoRA adapter trains on one GPU through TRL (train_dpo)")
+    world, rank, _ = _distributed()
+    work = Path(f"{out_dir}.train")
+    pairs = work / "pairs.jsonl"
+    if rank == 0:
+        work.mkdir(parents=True, exist_ok=True)
+        write_jsonl(pairs, [{k: r[k] for k in FIELDS} for r in train_rows])
+    barrier(world)
+    conventions = load_conventions(model_dir)
+    run = sharded_dpo_run(cfg, conventions, launch or {})
+    t0 = time.time()
+    info = train_run(run, model_dir, pairs, work, seed=seed, preset="", model_name=Path(model_dir).name,
+                     launch=launch)
+    if rank != 0:
+        return None
+    final = checkpoint_dir(work, cfg["steps"])
+    model, tok, conv, _ = load_model(final)
+    ref = load_model(model_dir).model.eval()
+    before, after = (pair_reward_accuracy(m, ref, tok, conv, eval_rows, cfg, seed) for m in (ref, model))
+    provenance = {**conv.to_dict(), "method": "dlm_dpo" if conv.is_diffusion else "ar_dpo",
+                  "base_model": str(model_dir), "domains": domains, "seed": seed, "dpo": cfg,
+                  "train_pairs": len(train_rows), "eval_pairs": len(eval_rows), "reward_accuracy_before": before,
+                  "reward_accuracy": after, "eval_loss": None, "sharded": {"processes": world, "trainer": info},
+                  "wall_seconds": round(time.time() - t0, 1), "log": read_jsonl(work / "log.jsonl"),
+                  "versions": library_versions()}
+    save_model(model, tok, out_dir, provenance)
     return provenance
 
 

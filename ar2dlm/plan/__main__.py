@@ -44,12 +44,12 @@ def main(argv=None) -> int:
         print(f"| {p.job} | {l.nodes} | {l.gpus} | {l.rows} | {p.accum} | {'yes' if l.activation_checkpointing else 'no'} "
               f"| {'sharded' if l.shard_teacher else 'replicated'} | {parts} | {p.peak_gb:.1f} | {p.hours:.1f} | {p.segments} |")
     one_gpu = plan_one_gpu_jobs(config)
-    print(f"\nGPU memory (GB) of each evaluation and AR-MAP job on one {c['gpu_memory_gb']:g} GB GPU (the largest "
-          "benchmark of each kind per model)\n")
-    print("| job | parts | peak | fits |\n|---|---|---|---|")
+    print(f"\nGPU memory (GB per GPU) of each evaluation and AR-MAP job on {c['gpu_memory_gb']:g} GB GPUs (the largest "
+          "benchmark of each kind per model; full DPO sharded when one GPU cannot hold it)\n")
+    print("| job | GPUs | parts | peak | fits |\n|---|---|---|---|---|")
     for j in one_gpu:
         parts = ", ".join(f"{k} {v / GB:.1f}" for k, v in j.parts.items() if v)
-        print(f"| {j.job} | {parts} | {j.peak_gb:.1f} | {'yes' if j.fits else 'no'} |")
+        print(f"| {j.job} | {j.gpus} | {parts} | {j.peak_gb:.1f} | {'yes' if j.fits else 'no'} |")
     bad = unfit(plans) + unfit_one_gpu(one_gpu, c["gpu_memory_gb"])
     if bad:
         print("\njobs that do not fit:\n" + "\n".join(f"  {b}" for b in bad), file=sys.stderr)

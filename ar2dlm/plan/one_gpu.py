@@ -10,7 +10,10 @@ Like ``memory`` for conversions, the estimate counts what a job keeps alive at i
   forward, their logits and the fp32 copy and log-softmax ``token_nll`` makes of them;
 - DPO (TRL, chosen and rejected rows together): frozen bf16 weights plus fp32 LoRA parameters,
   gradients and AdamW moments (or all of them in fp32 for full DPO, and a frozen fp32 reference for
-  full DPO of a DLM), activations under gradient checkpointing, and the logits a DLM's ELBO keeps;
+  full DPO of a DLM), activations under gradient checkpointing, and the logits a DLM's ELBO keeps.
+  Full DPO that one GPU cannot hold is sharded (the FSDP2 trainer, ``train_dpo_sharded``) over the
+  fewest GPUs of a node that hold weights, gradients, optimizer state and a bf16 reference divided
+  among them;
 - spectra: three fp32 copies of the largest matrix, two task-vector matrices and SVD workspace.
 A prompt is assumed to take ``PROMPT_TOKENS`` (the plan reads no data at DAG build).
 """
@@ -92,11 +95,30 @@ class GpuJob:
     parts: dict
     peak_gb: float
     fits: bool
+    gpus: int = 1  # processes of a sharded job (full DPO), one per GPU of one node
 
 
-def _job(name: str, parts: dict, budget: float) -> GpuJob:
+def _job(name: str, parts: dict, budget: float, gpus: int = 1) -> GpuJob:
     total = sum(parts.values())
-    return GpuJob(name, parts, total / GB, total <= budget)
+    return GpuJob(name, parts, total / GB, total <= budget, gpus)
+
+
+SHARDED_PARTS = ("weights", "gradients", "optimizer", "reference")
+
+
+def dpo_job(name: str, shape: Shape, cfg: dict, diffusion: bool, budget: float, gpus_per_node: int) -> GpuJob:
+    """DPO on one GPU (TRL) when it fits or trains a LoRA adapter; else full DPO sharded over the
+    fewest GPUs of a node (powers of two) that hold it, with a bf16 reference sharded too."""
+    job = _job(name, dpo_parts(shape, cfg, diffusion), budget)
+    if job.fits or cfg.get("lora"):
+        return job
+    parts = {**dpo_parts(shape, cfg, diffusion), "reference": BF16 * shape.params}
+    gpus = 2
+    while True:
+        job = _job(name, {k: v / gpus if k in SHARDED_PARTS else v for k, v in parts.items()}, budget, gpus)
+        if job.fits or 2 * gpus > gpus_per_node:
+            return job
+        gpus *= 2
 
 
 def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
@@ -133,8 +155,9 @@ def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
     rows = min(a["gamma"]["elbo_samples"], a["gamma"]["batch_size"])
     for model in sorted({j.model for j in armap.dpo}):
         shape = shapes[model]
-        for job in (_job(f"dpo_teacher/{model}", dpo_parts(shape, a["dpo"], False), budget),
-                    _job(f"dlm_dpo/{model}", dpo_parts(shape, a["dlm_dpo"], True), budget),
+        per_node = config["cluster"]["gpus_per_node"]
+        for job in (dpo_job(f"dpo_teacher/{model}", shape, a["dpo"], False, budget, per_node),
+                    dpo_job(f"dlm_dpo/{model}", shape, a["dlm_dpo"], True, budget, per_node),
                     _job(f"armap_spectra/{model}", spectra_parts(shape), budget),
                     _job(f"gamma_search/{model}", elbo_parts(shape, FP32, rows, a["dpo"]["max_length"]), budget)):
             jobs[job.job] = job
@@ -142,5 +165,6 @@ def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
 
 
 def unfit_one_gpu(jobs: list[GpuJob], gpu_memory_gb: float) -> list[str]:
-    return [f"{j.job}: needs {j.peak_gb:.0f} GB on one GPU, over {USABLE:.0%} of {gpu_memory_gb:g} GB "
+    return [f"{j.job}: needs {j.peak_gb:.0f} GB on {'one GPU' if j.gpus == 1 else f'each of {j.gpus} GPUs'}, "
+            f"over {USABLE:.0%} of {gpu_memory_gb:g} GB "
             f"({', '.join(f'{k} {v / GB:.1f}' for k, v in j.parts.items())} GB)" for j in jobs if not j.fits]

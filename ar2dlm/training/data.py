@@ -83,6 +83,18 @@ class Batches:
                                            num_workers=workers, prefetch_factor=4 if workers else None)
 
 
+class PairBatches(Batches):
+    """Micro-batches of preference pairs: ``rows`` holds (chosen, rejected) rows, each (ids, prompt
+    length); micro-batch ``index`` lays out the chosen rows of ``batch_size`` pairs, then their
+    rejected rows in the same order, so with ``batch_size`` divisible by the number of processes
+    both rows of a pair fall to the same process (rows rank, rank + world, ...)."""
+
+    def whole(self, index: int):
+        n = len(self.rows)
+        picks = [int(self._permutation(i // n)[i % n]) for i in range(index * self.batch_size, (index + 1) * self.batch_size)]
+        return collate([self.rows[p][0] for p in picks] + [self.rows[p][1] for p in picks], self.pad_id)
+
+
 class _Indexed(torch.utils.data.Dataset):
     def __init__(self, batches: Batches):
         self.batches = batches

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from ..core.attention import position_ids
 from ..core.conventions import Conventions
-from ..core.diffusion import NoisedBatch, chunked_rows, diffusion_loss, forward_aligned, logits_at, noise
+from ..core.diffusion import (NoisedBatch, chunked_rows, diffusion_loss, forward_aligned, logits_at, noise,
+                              selected_nll)
 from ..data.corpus import document_selection, select_documents
 from .data import MicroBatch
 from .sharding import gathered
@@ -198,6 +199,11 @@ class Objective:
     def __init__(self, run: dict, conv: Conventions, seed: int):
         self.run, self.conv, self.seed = run, conv, seed
 
+    def batches(self, corpus_path, tokenizer, seq_len: int, micro: int, seed: int):
+        """The run's micro-batches when the objective reads its own kind of data, else None (the
+        trainer's token rows)."""
+        return None
+
     def documents(self, docs: list[dict]) -> list[dict]:
         """The corpus documents the run trains on: all, or the prompts of the synthetic corpus's
         sources (``all``, ``code``, ``math``) a distillation run names (a prompt set's file as is)."""
@@ -288,6 +294,66 @@ class Distillation(Objective):
         return int(((position_ids(mb.valid) < mb.prompt_lens.view(-1, 1) + length) & mb.valid.bool()).sum())
 
 
+class Preference(Objective):
+    """DPO (TRL's default sigmoid loss): -log sigmoid(beta * ((log pi(y_w|x) - log ref(y_w|x)) -
+    (log pi(y_l|x) - log ref(y_l|x)))), averaged over pairs, the frozen reference in the teacher
+    slot (sharded with the policy when the plan says so). Sequence log-likelihoods: the sum over
+    response tokens of a causal model's log-probabilities, or a DLM's ELBO with ``elbo_samples``
+    mask draws per row shared by policy and reference (drawn for the whole micro-batch, so they do
+    not depend on the number of processes). Full DPO sharded like a conversion: AR-MAP's full-DPO
+    option on several GPUs; one process runs TRL's DPOTrainer instead (``ar2dlm.armap.dpo``)."""
+
+    needs_teacher = True
+    teacher_head = True
+
+    def batches(self, corpus_path, tokenizer, seq_len, micro, seed):
+        from ..data.tokenization import encode_pair
+        from ..provenance import read_jsonl
+        from .data import PairBatches
+
+        def row(prompt, response):  # cut to seq_len from the end of the response, as TRL's max_length
+            p, c = encode_pair(tokenizer, prompt, response)
+            return (p + c)[:seq_len], min(len(p), seq_len - 1)
+
+        pairs = [(row(r["prompt"], r["chosen"]), row(r["prompt"], r["rejected"])) for r in read_jsonl(corpus_path)]
+        return PairBatches(pairs, micro, seed, tokenizer.pad_token_id)
+
+    def _logps(self, model, ids, valid, plens, noised) -> torch.Tensor:
+        """Sequence log-likelihood of each row's response (ELBO for a DLM, averaged over ``noised``)."""
+        if not self.conv.is_diffusion:
+            idx = position_ids(valid)
+            where = (idx >= plens.view(-1, 1)) & valid.bool()
+            logits, _ = logits_at(model, where, (torch.arange(ids.shape[1], device=ids.device).expand_as(where) - 1).clamp(min=0),
+                                  ids.shape[1], input_ids=ids, attention_mask=valid, position_ids=idx)
+            per = -selected_nll(logits, ids[where])
+            return torch.zeros(len(ids), device=ids.device, dtype=per.dtype).index_add(0, where.nonzero()[:, 0], per)
+        total = 0.0
+        for nb in noised:
+            logits, _ = forward_aligned(model, nb, self.conv, where=nb.masked)
+            per = -selected_nll(logits, nb.clean[nb.masked]) * nb.weight[nb.masked]
+            total = total + torch.zeros(len(ids), device=ids.device, dtype=per.dtype).index_add(0, nb.masked.nonzero()[:, 0], per)
+        return total / len(noised)
+
+    def terms(self, model, reference, mb, step, generator) -> dict:
+        pairs = len(mb.ids) // 2
+        chosen = mb.rows[mb.rows < pairs]
+        if not torch.equal(mb.rows[mb.rows >= pairs], chosen + pairs):
+            raise ValueError(f"a micro-batch of {pairs} pairs must divide among {mb.world} processes")
+        rows = torch.cat([chosen, chosen + pairs])
+        noised = [noise(mb.ids, mb.valid, mb.prompt_lens, self.conv, generator=generator).select(rows)
+                  for _ in range(self.run["preference"]["elbo_samples"])] if self.conv.is_diffusion else []
+        ids, valid, plens = mb.ids[rows], mb.valid[rows], mb.prompt_lens[rows]
+        policy = self._logps(model, ids, valid, plens, noised)
+        with torch.no_grad():
+            ref = self._logps(reference, ids, valid, plens, noised)
+        n = len(chosen)
+        margin = self.run["preference"]["beta"] * ((policy[:n] - ref[:n]) - (policy[n:] - ref[n:]))
+        return {"dpo": -F.logsigmoid(margin.float()).sum() / pairs * mb.world}
+
+
 def objective_for(run: dict, conv: Conventions, seed: int) -> Objective:
-    """The objective a run's settings compose: distillation when it has a distill term, else diffusion."""
+    """The objective a run's settings compose: DPO on preference pairs, distillation when it has a
+    distill term, else diffusion."""
+    if run.get("preference"):
+        return Preference(run, conv, seed)
     return Distillation(run, conv, seed) if run["distill"] is not None else Diffusion(run, conv, seed)

@@ -134,8 +134,12 @@ def run_conventions(run: dict, tokenizer) -> Conventions:
 
 
 def training_batches(corpus_path, objective, tokenizer, seq_len: int, micro: int, seed: int) -> Batches:
-    """The run's micro-batches: pre-tokenised rows (a ``token_rows`` folder, what the pipeline
-    passes; its documents already chosen for the objective), or a JSONL corpus tokenised here."""
+    """The run's micro-batches: the objective's own (preference pairs), pre-tokenised rows (a
+    ``token_rows`` folder, what the pipeline passes; its documents already chosen for the
+    objective), or a JSONL corpus tokenised here."""
+    own = objective.batches(corpus_path, tokenizer, seq_len, micro, seed)
+    if own is not None:
+        return own
     path = Path(corpus_path)
     if path.is_dir():
         rows = TokenRows(path)

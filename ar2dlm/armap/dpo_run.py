@@ -1,0 +1,47 @@
+"""Command line of one DPO job (AR-MAP's DPO of the teacher, or its DPO-on-the-DLM baseline), what
+the ``dpo_teacher`` and ``dlm_dpo`` rules launch: plain ``python -m`` for one process (TRL's
+DPOTrainer, LoRA or full), ``torchrun`` for full DPO sharded over several GPUs (the project's FSDP2
+trainer), as the planner decides."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from ..pipeline.layout import final_checkpoint, preference_domain
+from ..provenance import log_to
+from .dpo import train_dpo, train_dpo_sharded
+from .pipeline import preference_rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="the model folder to train (the AR teacher)")
+    src.add_argument("--manifest", help="a conversion's train.json: its final checkpoint is trained")
+    ap.add_argument("--train", nargs="+", required=True, help="preference files, one per domain")
+    ap.add_argument("--eval", nargs="+", required=True)
+    ap.add_argument("--settings", required=True, help="the dpo section of the config as JSON")
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--job-log", default=None)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--launch", default="{}", help="the plan's launch choices as JSON (activation_checkpointing, "
+                    "shard_teacher)")
+    a = ap.parse_args(argv)
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    if a.job_log:
+        log_to(a.job_log if rank == 0 else f"{a.job_log}.rank{rank}", a.threads)
+    cfg = json.loads(a.settings)
+    model = a.model or final_checkpoint(a.manifest)
+    train, held = preference_rows(a.train, cfg["train_pairs"]), preference_rows(a.eval, cfg["eval_pairs"])
+    domains = [preference_domain(p) for p in a.train]
+    if world > 1:
+        train_dpo_sharded(model, train, held, a.out, cfg, a.seed, domains, json.loads(a.launch))
+    else:
+        train_dpo(model, train, held, a.out, cfg, a.seed, domains)
+
+
+if __name__ == "__main__":
+    main()
