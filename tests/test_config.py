@@ -298,3 +298,14 @@ def test_empty_or_broken_local_data_files_are_named_at_dag_build(dry_run, tmp_pa
         proc = dry_run(override)
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0 and f"config key '{key}'" in out and words in out, out[-2000:]
+
+
+def test_a_comparison_of_two_floors_or_two_ceilings_is_degenerate_not_a_verdict():
+    from ar2dlm.reporting.claims import judge
+
+    zeros = judge([0.0, 0.0, 0.0], "greater", {"opd": 0.0, "opd_off": 0.0})
+    assert zeros.verdict.startswith("degenerate (every run at the floor") and "opd 0.000" in zeros.verdict
+    assert judge([0.0, 0.01, 0.0], "not_worse", {"a": 0.97, "b": 0.99}).verdict.startswith("degenerate (every run at the ceiling")
+    assert judge([0.2, 0.25, 0.3], "greater", {"a": 0.3, "b": 0.05}).verdict == "holds"
+    assert judge([0.0, 0.0], "greater", {"a": 0.0, "b": 0.0}).verdict.startswith("inconclusive (fewer than 3 seeds)")
+    assert judge([-0.1, -0.11, -0.12], "greater", None).verdict == "does not hold"  # no scores: AR-MAP's gamma claims

@@ -11,6 +11,8 @@ the 95% t confidence interval of the mean difference. Verdicts (``VERDICT_RULE``
 - ``not_worse``: holds when the effect is >= 0, does not hold when the interval lies below 0, else
   inconclusive. ``near_best``: the same, a against the best other run of the study.
 - Fewer than 3 seeds: inconclusive.
+- Every compared run's mean below 0.05 or every one above 0.95 on the claim's metric (a score in
+  [0, 1]): degenerate, never a verdict (two floors, or two ceilings, compared).
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ from .tables import headline_metric
 
 CONFIDENCE = 0.95
 MIN_SEEDS = 3
+FLOOR, CEILING = 0.05, 0.95  # a study whose compared runs all score outside these decides nothing
+UNBOUNDED = ("likelihood",)  # benchmark kinds whose headline metric is not a score in [0, 1]
 VERDICT_RULE = (f"paired t-test on the per-seed differences (scipy.stats) and the {CONFIDENCE:.0%} t confidence "
                 "interval of their mean. greater: holds when the interval lies above 0, does not hold when it lies "
                 "below 0 (or every difference is <= 0 with no spread); not_worse and near_best: hold when the mean "
                 f"difference is >= 0, do not hold when the interval lies below 0; otherwise, or with fewer than "
-                f"{MIN_SEEDS} seeds, inconclusive")
+                f"{MIN_SEEDS} seeds, inconclusive; every compared run's mean below {FLOOR} or above {CEILING} on the "
+                "claim's metric: degenerate")
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,17 @@ def verdict(diffs: list[float], test: str) -> Verdict:
     return Verdict(v, mean, sd, ci, p)
 
 
+def judge(diffs: list[float], test: str, arms: dict[str, float] | None = None) -> Verdict:
+    """``verdict``, unless the runs compared (``arms``: each run's mean on the claim's metric, a
+    score in [0, 1]) all sit at the floor or all at the ceiling: then the study is degenerate."""
+    v = verdict(diffs, test)
+    if arms and len(diffs) >= MIN_SEEDS and (all(m < FLOOR for m in arms.values()) or all(m > CEILING for m in arms.values())):
+        where = "floor" if all(m < FLOOR for m in arms.values()) else "ceiling"
+        means = ", ".join(f"{r} {m:.3f}" for r, m in arms.items())
+        return Verdict(f"degenerate (every run at the {where}: {means})", v.mean, v.sd, v.ci, v.p)
+    return v
+
+
 def _paired_seeds(config: dict, spec: dict, runs: list[str]) -> list[int]:
     """The seeds every one of the compared runs has in the study (differences are paired by seed)."""
     return sorted(set.intersection(*(set(study_seeds(config, spec, r)) for r in runs)))
@@ -171,36 +187,41 @@ def winner(c: Claim, spec: dict) -> str:
     return next((r for r in names if r in spec["runs"]), names[0])
 
 
-def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str]:
+def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str, dict[str, float]]:
+    """Per-seed differences, what they measure, and each compared run's mean."""
     bench, model = spec["evals"][0], study_models(config, spec)[0]
     metric = headline_metric(config, bench)
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
     if c.test == "near_best":
         seeds = _paired_seeds(config, spec, spec["runs"])
         means = {r: [_value(config, bench, model, r, s, c.option) for s in seeds] for r in spec["runs"]}
         best = max((r for r in spec["runs"] if r != c.a), key=lambda r: sum(means[r]))
         return [x - y for x, y in zip(means[c.a], means[best])], \
-            f"{bench} {metric}: {c.a} minus the best other run ({best})"
+            f"{bench} {metric}: {c.a} minus the best other run ({best})", \
+            {r: mean(v) for r, v in means.items()} if config["eval"]["benchmarks"][bench]["kind"] not in UNBOUNDED else None
     a = winner(c, spec)
     seeds = _paired_seeds(config, spec, [a] + ([] if c.b == "teacher" else [c.b]))
     va = [_value(config, bench, model, a, s, c.option) for s in seeds]
     vb = [_value(config, bench, model, c.b, None if c.b == "teacher" else s, c.option) for s in seeds]
     measure = f"{bench} {metric}" + (" at the lowest threshold" if c.option else "") + f": {a} minus {c.b}"
-    return [x - y for x, y in zip(va, vb)], measure
+    arms = {a: mean(va), c.b: mean(vb)} if config["eval"]["benchmarks"][bench]["kind"] not in UNBOUNDED else None
+    return [x - y for x, y in zip(va, vb)], measure, arms
 
 
 def evaluate_claims(config: dict) -> pd.DataFrame:
     rows = []
     for c in CLAIMS:
         base = {"id": c.id, "paper": c.paper, "claim": c.text, "study": c.study}
+        arms = None  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
         if c.study == "armap":
             diffs, measure = _armap_differences(config, c.option)
         elif c.study in config["studies"] and {winner(c, config["studies"][c.study]), c.b} - {"teacher", None} <= set(
                 config["studies"][c.study]["runs"]):
-            diffs, measure = _study_differences(config, c, config["studies"][c.study])
+            diffs, measure, arms = _study_differences(config, c, config["studies"][c.study])
         else:
             rows.append({**base, "verdict": "not run in this preset"})
             continue
-        v = verdict(diffs, c.test)
+        v = judge(diffs, c.test, arms)
         nan = lambda x: None if math.isnan(x) else round(x, 4)  # noqa: E731
         rows.append({**base, "measure": measure, "test": c.test, "seeds": len(diffs), "effect": round(v.mean, 4),
                      "spread (sd)": nan(v.sd), f"{CONFIDENCE:.0%} CI": None if math.isnan(v.ci[0]) else
