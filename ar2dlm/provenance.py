@@ -3,10 +3,13 @@ partial file where a finished one is expected."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import os
 import platform
+import subprocess
 import tempfile
 from importlib import metadata
 from pathlib import Path
@@ -22,6 +25,35 @@ def library_versions() -> dict:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
+
+
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
+UNRECORDED = ("weights_sha256", "versions", "wall_seconds", "log", "provenance")  # not settings: results, timings
+
+
+@functools.cache
+def code_commit() -> str:
+    """The git commit of the source tree this package runs from, ``+modified`` when tracked files
+    differ from it; ``unknown`` outside a git checkout (an installed wheel records its version)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(SOURCE_ROOT), *args], capture_output=True, text=True, timeout=30)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return "unknown"
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return head.stdout.strip() + ("+modified" if dirty else "")
+
+
+def settings_hash(settings) -> str:
+    """sha256 (first 12 hex digits) of settings as canonical JSON, leaving out recorded results,
+    timings and file hashes (``UNRECORDED``)."""
+    if isinstance(settings, dict):
+        settings = {k: v for k, v in settings.items() if k not in UNRECORDED}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def _atomic_write(path: str | Path, write) -> None:

@@ -132,6 +132,18 @@ def test_tables_figures_and_claims(smoke_run):
     assert pd.isna(freezing.loc["teacher", "training tokens"])
     claims = (results / "claims.csv").read_text()
     assert claims.count("inconclusive (fewer than 3 seeds)") == 12  # one seed per study in the smoke preset
+    # provenance: every evaluation records the commit and the settings hashes; tables carry them
+    from ar2dlm.provenance import code_commit
+
+    from ar2dlm.pipeline import layout
+
+    steps = json.loads((results / "models" / "tiny" / "ra" / "seed0" / "train.json").read_text())["steps"]
+    evaluation = json.loads((smoke_run / layout.eval_path("synthetic_code", "tiny", "ra", 0, steps)).read_text())
+    assert evaluation["provenance"]["commit"] == code_commit() != "unknown"
+    assert freezing.loc["ra", "run settings sha256"] == evaluation["provenance"]["model_settings_sha256"]
+    assert set(freezing["commit"]) == {code_commit()}
+    freezing_md = (results / "tables" / "repr_align" / "freezing.md").read_text()
+    assert f"Table made at commit {code_commit()}; its evaluations at {code_commit()}; settings sha256" in freezing_md
 
 
 def test_html_report(smoke_run):

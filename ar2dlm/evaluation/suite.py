@@ -18,7 +18,7 @@ import yaml
 
 from ..core.models import load_conventions, load_model
 from ..pipeline import layout
-from ..provenance import library_versions, read_jsonl, write_jsonl
+from ..provenance import code_commit, library_versions, read_jsonl, settings_hash, write_jsonl
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # torch dtype names; torch loads with the model, not at DAG build
 LOCAL_TASKS = Path(__file__).parent / "tasks"  # lm-eval task configs kept here, built from the maths suite
@@ -201,4 +201,8 @@ def run_benchmark(name: str, spec: dict, model_dir: str | Path, inputs: dict, *,
     return {"benchmark": name, "kind": kind, "model_dir": str(model_dir), "method": info.get("method"),
             "conventions": {k: info.get(k) for k in ("attention", "shift", "block_size")},
             "seed": seed, "settings": spec, **result, "wall_seconds": round(time.time() - t0, 2),
-            "versions": library_versions()}
+            "versions": library_versions(),
+            # which code and settings made this number: the model's recorded settings (a run's
+            # resolved config, a DPO's or a merge's) and the benchmark's
+            "provenance": {"commit": code_commit(), "model_settings_sha256": settings_hash(info.get("run_settings", info)),
+                           "benchmark_settings_sha256": settings_hash(spec)}}

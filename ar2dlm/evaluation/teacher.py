@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..core.likelihood import ar_loglikelihood
 from ..core.models import load_model
-from ..provenance import library_versions, read_jsonl
+from ..provenance import code_commit, library_versions, read_jsonl, settings_hash
 from ..data.tokenization import encode_pair
 from .code import evaluate_code
 from .sandbox import require_sandbox
@@ -21,7 +21,7 @@ def completion_loss(model, tokenizer, items: list[tuple[str, str]], batch_size: 
 
 def evaluate_teacher(model_dir, code_eval_path, math_eval_path, cfg: dict) -> dict:
     require_sandbox()  # before the model loads
-    model, tok, conv, _ = load_model(model_dir)
+    model, tok, conv, info = load_model(model_dir)
     if conv.is_diffusion:
         raise ValueError(f"{model_dir} is a {conv.attention}-attention model; the teacher check decodes causally")
     tasks = read_jsonl(code_eval_path)
@@ -42,5 +42,7 @@ def evaluate_teacher(model_dir, code_eval_path, math_eval_path, cfg: dict) -> di
         "generation_seconds": code["decoding"]["seconds"],
         "settings": cfg, "conventions": conv.to_dict(), "code_eval": str(code_eval_path),
         "versions": library_versions(),
+        "provenance": {"commit": code_commit(), "model_settings_sha256": settings_hash(info),
+                       "benchmark_settings_sha256": settings_hash(cfg)},
         "samples": code["samples"],
     }

@@ -18,7 +18,8 @@ import pandas as pd
 from ..evaluation.suite import BENCHMARK_KINDS, harness_metric
 from ..pipeline import layout
 from ..pipeline.jobs import study_members, study_models
-from ..provenance import read_json
+from ..pipeline.jobs import conversion_settings
+from ..provenance import code_commit, read_json, settings_hash
 
 
 def headline_metric(config: dict, benchmark: str) -> str:
@@ -73,15 +74,19 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
     spec = config["studies"][study]
     benches = config["eval"]["benchmarks"]
     members = study_members(config, study)
-    rows = []
+    rows, commits = [], set()
     for model in study_models(config, spec):
         for m in [m for m in members if m.model == model] + [None]:
             run, seeds = ("teacher", [None]) if m is None else (m.run, m.seeds)
-            row = {"model": model, "run": run}
+            # the hash each of the run's checkpoints and evaluations records as its settings
+            row = {"model": model, "run": run,
+                   "run settings sha256": "-" if m is None else settings_hash(
+                       {k: v for k, v in conversion_settings(config, run).items() if k != "name"})}
             for e in spec["evals"]:
                 kind = BENCHMARK_KINDS[benches[e]["kind"]]
                 results = [read_json(layout.eval_path(e, model, run, s, None if m is None else m.final_step))
                            for s in seeds]
+                commits |= {r.get("provenance", {}).get("commit", "unrecorded") for r in results}
                 if kind.rows:  # one row per decoding setting: the most accurate one
                     metric = kind.metrics[0]
                     best = [max(res["rows"], key=lambda x: x.get(metric, 0)) for res in results]
@@ -97,7 +102,7 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
             row["seeds"] = "-" if m is None else ", ".join(map(str, seeds))
             rows.append(row)
     context = {"study": study, "preset": config["preset"], "models": study_models(config, spec),
-               "seeds": sorted({s for m in members for s in m.seeds})}
+               "seeds": sorted({s for m in members for s in m.seeds}), "eval_commits": commits}
     return pd.DataFrame(rows), context
 
 
@@ -114,16 +119,29 @@ def study_header(context: dict) -> str:
             "over seeds at each run's final checkpoint; the AR teacher under the same harness.")
 
 
+def provenance_footer(eval_commits: set[str] | None = None, settings: dict | None = None) -> str:
+    """Which code made a table, which made its numbers, and (``settings``) a hash of the settings
+    it reads; each evaluation JSON records its own commit and settings hashes."""
+    parts = [f"Table made at commit {code_commit()}"]
+    if eval_commits:
+        parts.append(f"its evaluations at {', '.join(sorted(eval_commits))}")
+    if settings is not None:
+        parts.append(f"settings sha256 {settings_hash(settings)}")
+    return "; ".join(parts) + "."
+
+
 def write_table(table: pd.DataFrame, title: str, header: str, preset: str, md_path, csv_path, tex_path,
-                reported: pd.DataFrame | None = None) -> None:
-    """One table as Markdown (title, provenance header, the papers' numbers under it), CSV and LaTeX."""
+                reported: pd.DataFrame | None = None, footer: str | None = None) -> None:
+    """One table as Markdown (title, provenance header, the papers' numbers under it, the provenance
+    footer), CSV (with the preset and the footer's commit) and LaTeX."""
+    footer = footer or provenance_footer()
     shown = table.fillna("-")  # cells a row has no value for (the teacher's training columns)
     md = [f"# {title}", "", header, "", shown.to_markdown(index=False), ""]
     if reported is not None and len(reported):
         md += ["Reported in the papers (with source):", "", reported.to_markdown(index=False), ""]
-    Path(md_path).write_text("\n".join(md))
-    table.assign(preset=preset).to_csv(csv_path, index=False)
-    caption = f"{title}. {header}".replace("`", "").replace("±", "$\\pm$").replace("_", "\\_")
+    Path(md_path).write_text("\n".join(md + [footer, ""]))
+    table.assign(preset=preset, commit=code_commit()).to_csv(csv_path, index=False)
+    caption = f"{title}. {header} {footer}".replace("`", "").replace("±", "$\\pm$").replace("_", "\\_")
     Path(tex_path).write_text(shown.to_latex(index=False, caption=caption, label=f"tab:{title}")
                               .replace("±", "$\\pm$"))
 
