@@ -437,3 +437,36 @@ def test_corrupt_or_non_finite_weights_are_refused_naming_the_file(setup, tmp_pa
         load_model(ckpt)
     with pytest.raises(CheckpointError, match=f"tensor {name} holds NaN"):
         FolderWeights(ckpt)[name]
+
+
+@pytest.mark.parametrize("name", ["mdlm", "ra_freeze", "ed", "opd"])
+def test_flops_are_counted_per_part_and_add_up_in_the_manifest(setup, tmp_path, name):
+    """Student forward and backward (4N + 2N_trainable per position, both copies of the 2L layout),
+    the teacher's forward (2N_teacher per position) and on-policy rollouts (2N per position the
+    decoding ran over), summed from the log into the manifest."""
+    from ar2dlm.training.objectives import freeze
+
+    run = run_cfg(name, steps=2, checkpoint_every=2)
+    info = train(setup, run, tmp_path / name)
+    rows = log(tmp_path / name)
+    model = build_qwen3(ARCH, setup_tokenizer(setup))
+    n = sum(p.numel() for p in model.parameters())
+    freeze(model, run["freeze"])
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    block = 2 if run["attention"] == "block" else 1
+    for r in rows:
+        positions = r["flops_student"] / ((4 * n + 2 * trainable) * block)
+        assert positions == int(positions) > 0
+        teacher = r["flops_teacher"] / (2 * n)  # the teacher has the student's architecture here
+        assert teacher == (positions if name in ("ra_freeze", "opd") else 0)
+        assert (r["flops_rollout"] > 0) == (name == "opd")
+    if name == "ra_freeze":
+        assert trainable < n
+    assert info["flops"]["total"] == pytest.approx(sum(r["flops_student"] + r["flops_teacher"] + r["flops_rollout"] for r in rows))
+    assert info["tokens"] == sum(r["tokens"] for r in rows)
+
+
+def setup_tokenizer(setup):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(setup / "teacher"))

@@ -57,6 +57,7 @@ class DecodeStats:
     """NFE = forward passes; tokens count response tokens up to end-of-text only."""
 
     nfe: int = 0
+    forward_tokens: int = 0  # positions the forward passes ran over, summed over rows (FLOPs ~ 2 x params x this)
     steps: int = 0  # unmasking steps summed over rows (a row steps while its block has masks)
     decoded: int = 0  # positions unmasked (a block is decoded whole, end-of-text or not)
     response_tokens: int = 0
@@ -72,7 +73,8 @@ class DecodeStats:
         return self.response_tokens / max(1e-9, self.seconds)
 
     def as_dict(self) -> dict:
-        return {"nfe": self.nfe, "steps": self.steps, "decoded": self.decoded, "response_tokens": self.response_tokens,
+        return {"nfe": self.nfe, "forward_tokens": self.forward_tokens, "steps": self.steps, "decoded": self.decoded,
+                "response_tokens": self.response_tokens,
                 "seconds": round(self.seconds, 4), "batch_size": self.batch_size,
                 "tokens_per_step": round(self.tokens_per_step, 4), "tokens_per_s": round(self.tokens_per_s, 2)}
 
@@ -86,6 +88,7 @@ class Trajectory:
     valid: torch.Tensor | None = None
     prompt_lens: torch.Tensor | None = None
     states: list = None  # (block start, (B, block) tokens before the step)
+    forward_tokens: int = 0  # what the decoding's forward passes ran over (DecodeStats.forward_tokens)
 
 
 def sample_categorical(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -169,6 +172,7 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
                     **{CACHE_KW: cache}, use_cache=True)
         carry = out.logits[:, -1:]
         stats.nfe += 1
+        stats.forward_tokens += B * P
 
     for start in range(P, P + gen_length, block_size):
         end = start + block_size
@@ -185,6 +189,7 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
                 lo = start if pending is None else pending
                 out = model(input_ids=ids[:, lo:end], position_ids=pos[:, lo:end],
                             attention_mask=full_mask[:, :, lo:end, :end], **{CACHE_KW: cache}, use_cache=True)
+                stats.forward_tokens += len(ids) * (end - lo)
                 cache.crop(start - cache.get_seq_length())  # keep the finished blocks only (negative = remove)
                 if pending is not None:
                     carry, pending = out.logits[:, start - lo - 1:start - lo], None
@@ -198,6 +203,7 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
                 logits = model(input_ids=ids[:, :width], position_ids=pos[:, :width],
                                attention_mask=full_mask[:, :, :width, :width],
                                logits_to_keep=torch.arange(lo, lo + block_size, device=device)).logits
+                stats.forward_tokens += len(ids) * width
             stats.nfe += 1
             stats.steps += int(still.any(1).sum())
             # The mask token is never a decoded token: each step then fills at least one position.
@@ -232,7 +238,7 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
     final[live] = ids
 
     if trajectory is not None:
-        trajectory.canvas = final
+        trajectory.canvas, trajectory.forward_tokens = final, stats.forward_tokens
     results = []
     for row in final[:, P:].tolist():
         row = [t for t in row if t != conv.mask_token_id]  # undecoded blocks after an early stop
@@ -270,7 +276,7 @@ def generate(model, tokenizer, conv: Conventions, prompts: list[list[int]], max_
         rows, st = generate_dlm(model, conv, prompts[i:i + batch_size], max_new_tokens, block_size, threshold=threshold,
                                 use_cache=conv.attention == "block", temperature=temperature, seed=seed + i)
         outs += rows
-        for f in ("nfe", "steps", "decoded", "response_tokens"):
+        for f in ("nfe", "forward_tokens", "steps", "decoded", "response_tokens"):
             setattr(total, f, getattr(total, f) + getattr(st, f))
     total.seconds = time.perf_counter() - t0
     return outs, {"decoder": "dlm", "block_size": block_size, "threshold": threshold, **total.as_dict()}

@@ -98,12 +98,30 @@ def budget_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
     ax.set_ylabel("held-out NLL per token (ELBO bound)")
 
 
+def flops_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
+    """Quality against training compute (OPDLM's efficiency axis): each run's headline metric
+    against the training FLOPs its manifest counts, mean +- sd over seeds, one point per run."""
+    from .tables import headline_metric
+
+    first = config["studies"][study]["evals"][0]
+    metric = headline_metric(config, first)
+    rows = [{"run": d.run, "model": d.model, "flops": read_json(layout.conversion_manifest(d.model, d.run, d.seed))["flops"]["total"],
+             "y": d.result["metrics"][metric]} for d in data if d.benchmark == first]
+    df = pd.DataFrame(rows).groupby(["model", "run"]).agg(flops=("flops", "mean"), y=("y", "mean"), sd=("y", "std"))
+    for (model, run), r in df.fillna(0.0).iterrows():
+        ax.errorbar([r["flops"]], [r["y"]], yerr=[r["sd"]], marker="o", capsize=3, label=f"{model} {run}")
+    ax.set_xscale("log")
+    ax.set_xlabel("training FLOPs (counted: student, teacher, rollouts)")
+    ax.set_ylabel(f"{first}: {metric}")
+
+
 FIGURE_KINDS = {
     "lambda": partial(metric_curve, against="lambda"),
     "steps": partial(metric_curve, against="steps"),
     "throughput": partial(speed_curve, xkey="tokens_per_s"),
     "tokens_per_step": partial(speed_curve, xkey="tokens_per_step"),
     "budget": budget_curve,
+    "flops": flops_curve,
 }
 
 

@@ -9,7 +9,6 @@ under the table with their source and model, never mixed into the measured rows.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import NamedTuple
 
@@ -36,8 +35,8 @@ def study_inputs(config: dict, study: str) -> list[str]:
     paths = [layout.eval_path(e, model, "teacher") for model in study_models(config, spec) for e in spec["evals"]]
     paths += [layout.eval_path(e, m.model, m.run, s, k) for m in members for e in spec["evals"] for s in m.seeds
               for k in m.steps]
-    if spec.get("figure") == "budget" or spec.get("training_columns"):
-        paths += [layout.conversion_manifest(m.model, m.run, s) for m in members for s in m.seeds]
+    # every table shows each run's training tokens and FLOPs from its manifest
+    paths += [layout.conversion_manifest(m.model, m.run, s) for m in members for s in m.seeds]
     return sorted(set(paths))
 
 
@@ -46,27 +45,16 @@ def mean_sd(values: list[float], fmt: str = ".3f") -> str:
     return f"{s.mean():{fmt}}" if len(s) == 1 else f"{s.mean():{fmt}} ± {s.std():{fmt}}"
 
 
-def parameter_count(model_dir) -> int:
-    """Parameters of a saved checkpoint, read from its safetensors headers (no weights loaded)."""
-    from safetensors import safe_open
-
-    n = 0
-    for f in sorted(Path(model_dir).glob("*.safetensors")):
-        with safe_open(str(f), "pt") as st:
-            for k in st.keys():
-                n += math.prod(st.get_slice(k).get_shape())
-    return n
-
-
-def training_columns(manifests: list[str]) -> dict:
-    """Training tokens, tokens/s (summed step time, across resumptions) and FLOPs of the trained
-    model's forward and backward passes (6 x parameters x tokens; a teacher's forward passes for
-    alignment or distillation targets are not counted), mean +- sd over seeds."""
+def training_columns(manifests: list[str], speed: bool) -> dict:
+    """Training tokens and training FLOPs as the trainer counted them (student forward and
+    backward, the teacher's forward, on-policy rollouts: ``Objective._count``), and with ``speed``
+    tokens/s (summed step time, across resumptions), mean +- sd over seeds."""
     runs = [read_json(m) for m in manifests]
-    params = [parameter_count(layout.final_checkpoint(m)) for m in manifests]
-    return {"training tokens": mean_sd([r["tokens"] for r in runs], fmt=".0f"),
-            "training tokens/s": mean_sd([r["tokens"] / r["train_seconds"] for r in runs], fmt=".0f"),
-            "training FLOPs (6ND)": mean_sd([6 * n * r["tokens"] for n, r in zip(params, runs)], fmt=".3g")}
+    out = {"training tokens": mean_sd([r["tokens"] for r in runs], fmt=".0f"),
+           "training FLOPs": mean_sd([r["flops"]["total"] for r in runs], fmt=".3g")}
+    if speed:
+        out["training tokens/s"] = mean_sd([r["tokens"] / r["train_seconds"] for r in runs], fmt=".0f")
+    return out
 
 
 def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
@@ -97,8 +85,9 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
                     vals = [res["metrics"][metric] for res in results if metric in res["metrics"]]
                     if vals:
                         row[f"{e}: {metric}"] = mean_sd(vals)
-            if spec.get("training_columns") and m is not None:
-                row.update(training_columns([layout.conversion_manifest(model, run, s) for s in seeds]))
+            if m is not None:
+                row.update(training_columns([layout.conversion_manifest(model, run, s) for s in seeds],
+                                            speed=bool(spec.get("training_columns"))))
             row["seeds"] = "-" if m is None else ", ".join(map(str, seeds))
             rows.append(row)
     context = {"study": study, "preset": config["preset"], "models": study_models(config, spec),

@@ -150,7 +150,7 @@ def rollout_length(distill: dict, step: int, block_size: int) -> int:
 
 
 def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: int, threshold: float,
-                    generators: list[torch.Generator], seed: int) -> NoisedBatch:
+                    generators: list[torch.Generator], seed: int, counts: dict | None = None) -> NoisedBatch:
     """Decode with the student's own sampler, then take one partially decoded state per block from
     the trajectory (uniformly among the steps where that row still had masks, drawn from the row's
     own generator: ``block_size`` draws per block, one per possible step, so a row's pick does not
@@ -163,6 +163,8 @@ def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: 
         generate_dlm(model, conv, prompts, length, conv.block_size, threshold=threshold,
                      use_cache=conv.attention == "block", seed=seed, stop_at_eos=False, trajectory=traj)
     model.train(was_training)
+    if counts is not None:
+        counts["forward_tokens"] = traj.forward_tokens
     x0, noisy = traj.canvas, traj.canvas.clone()
     by_block: dict[int, list[torch.Tensor]] = {}
     for start, state in traj.states:
@@ -198,6 +200,27 @@ class Objective:
 
     def __init__(self, run: dict, conv: Conventions, seed: int):
         self.run, self.conv, self.seed = run, conv, seed
+        self.sizes = {"params": 0, "trainable": 0, "teacher": 0}
+        self.last_flops: dict[str, float] = {}
+
+    def count_parameters(self, model, teacher) -> None:
+        """The parameter counts the FLOP count uses (call before sharding)."""
+        self.sizes = {"params": sum(p.numel() for p in model.parameters()),
+                      "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+                      "teacher": sum(p.numel() for p in teacher.parameters()) if teacher is not None else 0}
+
+    def _count(self, student_tokens, teacher_tokens=0, rollout_tokens=0) -> None:
+        """This process's FLOPs of the micro-batch ``terms`` just computed (``last_flops``), counted
+        per parameter and position (attention's quadratic term and the positions a loss does not
+        project to the vocabulary are not separated): the student's forward and backward, 2N + 2N
+        for activation gradients + 2N_trainable for weight gradients per position it ran over (the
+        2L layout's clean and noisy copies both); the frozen teacher's forward, 2N_teacher per
+        position; an on-policy rollout's forward passes, 2N per position they ran over."""
+        n = self.sizes
+        block = 2 if self.conv.attention == "block" else 1
+        self.last_flops = {"student": float((4 * n["params"] + 2 * n["trainable"]) * block * int(student_tokens)),
+                           "teacher": float(2 * n["teacher"] * int(teacher_tokens)),
+                           "rollout": float(2 * n["params"] * int(rollout_tokens))}
 
     def batches(self, corpus_path, tokenizer, seq_len: int, micro: int, seed: int):
         """The run's micro-batches when the objective reads its own kind of data, else None (the
@@ -238,6 +261,8 @@ class Diffusion(Objective):
             ids, valid, _ = mb.local()
             terms["align"] = align_term(run, conv, out, batch, teacher_forward(teacher, ids, valid, hidden=True),
                                         mb.whole_count(alignment_positions(whole, conv.shift))) * mb.world
+        tokens = batch.valid.sum()
+        self._count(tokens, tokens if self.needs_teacher else 0)
         return terms
 
 
@@ -261,8 +286,9 @@ class Distillation(Objective):
             ids, _, plens = mb.local()
             prompts = [ids[i, :int(plens[i])].tolist() for i in range(len(ids))]
             picks = [torch.Generator().manual_seed((self.seed * 1_000_003 + i) * 2 + 1) for i in mb.sample_ids()]
+            counts = {}
             batch = on_policy_state(model, conv, prompts, length, d["threshold"], picks,
-                                    seed=self.seed * 1_000_003 + step)
+                                    seed=self.seed * 1_000_003 + step, counts=counts)
             masked = _whole_batch_count(batch.masked, mb.world)
             positions = _whole_batch_count(alignment_positions(batch, conv.shift), mb.world) if align else None
         else:
@@ -284,6 +310,8 @@ class Distillation(Objective):
         terms = {"distill": distill * mb.world}
         if align:
             terms["align"] = align_term(run, conv, out, batch, t_out, positions) * mb.world
+        tokens = batch.valid.sum()
+        self._count(tokens, tokens, counts["forward_tokens"] if d["on_policy"] else 0)
         return terms
 
     def trained_tokens(self, mb, step) -> int:
@@ -346,6 +374,9 @@ class Preference(Objective):
         policy = self._logps(model, ids, valid, plens, noised)
         with torch.no_grad():
             ref = self._logps(reference, ids, valid, plens, noised)
+        passes = max(1, len(noised)) * valid.sum()
+        block = 2 if self.conv.attention == "block" else 1
+        self._count(passes, passes * block)  # the reference: the teacher slot's forward on the same layout
         n = len(chosen)
         margin = self.run["preference"]["beta"] * ((policy[:n] - ref[:n]) - (policy[n:] - ref[n:]))
         return {"dpo": -F.logsigmoid(margin.float()).sum() / pairs * mb.world}

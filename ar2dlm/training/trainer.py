@@ -41,6 +41,7 @@ from .tracking import Tracker
 
 STATE_FILE = "trainer_state.pt"  # the generators and step; written last, with the state/ folder beside it
 STATE_DIR = "state"
+FLOP_PARTS = ("student", "teacher", "rollout")  # what a step's FLOPs are counted for (Objective._count)
 LAUNCH_KEYS = ("activation_checkpointing",)  # training keys that change how a run uses memory, not what it computes
 
 
@@ -205,6 +206,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     set_training_attention(model, device)
     teacher = load_teacher(teacher_dir, objective, tr["dtype"], device)
     frozen = freeze(model, run["freeze"])
+    objective.count_parameters(model, teacher)  # before sharding: the FLOP count's parameter counts
     if launch.get("activation_checkpointing", tr.get("activation_checkpointing")):  # recompute each layer in backward
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
@@ -236,7 +238,6 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         log_path.write_text("".join(l + "\n" for l in lines if json.loads(l)["step"] < start))
     dtype = tr["dtype"]
     t_run = time.time()
-    tokens_total = 0
     bar = tqdm(range(start, tr["steps"]), desc=f"{run['name']} seed {seed}", mininterval=5, disable=rank != 0)
     tracking = tracking or {"backend": "none"}
     tracker = Tracker(tracking["backend"], tracking.get("directory"), tracking.get("project"),
@@ -254,6 +255,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         opt.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         tokens = 0
+        flops = torch.zeros(len(FLOP_PARTS), dtype=torch.float64, device=device)  # this process's share of the step
         for k in range(tr["grad_accum"]):
             mb = share(next(loader), rank, world, step * tr["grad_accum"] + k).to(device)
             with autocast(dtype):
@@ -267,9 +269,11 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             for name, v in whole_batch_values(terms, world).items():
                 sums[name] = sums.get(name, 0.0) + v / tr["grad_accum"]
             tokens += objective.trained_tokens(mb, step)
+            flops += torch.tensor([objective.last_flops.get(k, 0.0) for k in FLOP_PARTS], dtype=torch.float64, device=device)
+        if world > 1:
+            torch.distributed.all_reduce(flops)
         grad_norm = grad_norm_value(torch.nn.utils.clip_grad_norm_(params, tr["grad_clip"]))
         opt.step()
-        tokens_total += tokens
         dt = time.time() - t0
         save_now = (step + 1) % tr["checkpoint_every"] == 0 or step + 1 == tr["steps"]
         if stop_after is not None and not save_now:  # one segment of a run longer than a job: stop in time
@@ -278,7 +282,8 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
                 save_now = stopped_at = step + 1
         if rank == 0:
             row = {"step": step, "loss": sum(sums.values()), **sums, "lr": lr, "grad_norm": float(grad_norm),
-                   "tokens": tokens, "tokens_per_s": round(tokens / dt, 1), "step_s": round(dt, 4)}
+                   "tokens": tokens, "tokens_per_s": round(tokens / dt, 1), "step_s": round(dt, 4),
+                   **{f"flops_{k}": float(v) for k, v in zip(FLOP_PARTS, flops.cpu())}}
             if step % tr["log_every"] == 0 or step + 1 == tr["steps"]:
                 bar.set_postfix(loss=f"{row['loss']:.3f}")
             with open(log_path, "a") as f:
@@ -296,11 +301,13 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         tracker.close()
     barrier(world)
     # the log holds one row per step, across a killed attempt and its resumption
-    train_seconds = sum(r["step_s"] for r in read_jsonl(log_path)) if rank == 0 else None
+    log = read_jsonl(log_path) if rank == 0 else None
+    flops = {k: sum(r.get(f"flops_{k}", 0.0) for r in log) for k in FLOP_PARTS} if log is not None else None
     return {"run": run["name"], "model": model_name, "seed": seed, "steps": tr["steps"], "resumed_from": start,
             "checkpoints": checkpoint_steps(out_dir), "wall_seconds": round(time.time() - t_run, 1),
-            "train_seconds": None if train_seconds is None else round(train_seconds, 4), "tokens": tokens_total,
-            "stopped_at": stopped_at}
+            "train_seconds": None if log is None else round(sum(r["step_s"] for r in log), 4),
+            "tokens": None if log is None else sum(r["tokens"] for r in log),
+            "flops": None if flops is None else {**flops, "total": sum(flops.values())}, "stopped_at": stopped_at}
 
 
 def segment_ends(start: float, to_next_checkpoint: float, hours: float, world: int) -> bool:
