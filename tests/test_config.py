@@ -64,8 +64,11 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
     assert {"study_table", "study_figure", "claims", "armap_report", "eval_summary", "run_summary"} <= local
     assert not local & set(profile["set-resources"])
-    for rule in ("teacher", "evaluate_checkpoint", "dpo_teacher", "gamma_search", "dlm_dpo"):
+    for rule in ("teacher", "evaluate_checkpoint", "gamma_search"):
         assert profile["set-resources"][rule]["gpu"] >= 1 and profile["set-resources"][rule]["cpus_per_gpu"] >= 1
+    for rule in ("dpo_teacher", "dlm_dpo"):  # GPUs from the planner: LoRA DPO on one, in the paper preset
+        block = next(b for b in blocks if f"rule {rule}:" in b)
+        assert "gpu=1" in block and "mem_mb=64000" in block and "cpus_per_gpu=8" in block, block
 
 
 def test_one_figure_builds_only_what_it_needs(dry_run):
