@@ -74,7 +74,7 @@ def bwrap_command(limits: dict) -> list[str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailable(f"generated code runs in a bubblewrap sandbox and `bwrap` is not on PATH: {INSTALL_HINT}")
-    outer = [bwrap, "--die-with-parent"]
+    outer = [bwrap, "--die-with-parent", "--perms", "0755", "--dir", "/tmp"]  # where the inner layer mounts its /tmp
     for d in _system_dirs() + _interpreter_dirs():
         for parent in reversed(Path(d).parents[:-1]):  # bubblewrap would make them 0700
             outer += ["--perms", "0755", "--dir", str(parent)]
