@@ -267,3 +267,15 @@ def test_evalplus_verdicts_agree_with_evalplus(tmp_path):
     assert all(mine[t["task_id"]][0]["plus"] for t in held)
     mutants_passed = sum(mine[t["task_id"]][1]["plus"] for t in held)
     assert 0 < mutants_passed < len(held)
+
+
+def test_a_program_that_never_gets_ready_is_killed(tmp_path):
+    """A program stuck while loading fails after its time budget and leaves no process behind."""
+    import psutil
+
+    problems = tmp_path / "toy.jsonl"
+    write_jsonl(problems, [TOY])
+    t0 = time.monotonic()
+    scored = score_samples(problems, [{"task_id": "Toy/0", "solution": "while True:\n    pass\n"}])
+    assert not scored["per_task"]["Toy/0"][0]["base"] and time.monotonic() - t0 < 60
+    assert psutil.Process().children(recursive=True) == []

@@ -154,8 +154,9 @@ def _evalplus_verdict(problem: dict, solution: str, expected: dict, dataset: str
         return per_input, min(60.0, sum(per_input)) + 1
 
     verdict = {"base": False, "plus": False}
+    budget = level_limits("base")[1] + level_limits("plus")[1]
     try:
-        with SandboxedProgram(solution, problem["entry_point"], budget_s=level_limits("base")[1], limits=limits) as program:
+        with SandboxedProgram(solution, problem["entry_point"], budget_s=budget, limits=limits) as program:
             for level in ("base", "plus"):
                 per_input, budget = level_limits(level)
                 program.allow(budget)

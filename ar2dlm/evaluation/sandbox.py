@@ -121,9 +121,10 @@ def require_sandbox() -> None:
 
 
 class SandboxedProgram:
-    """One program in one sandbox, for the span of a ``with`` block. ``call(args, timeout)``
-    returns the entry point's result as plain data or raises ProgramFailed; the sandbox and
-    everything it started are killed on exit."""
+    """One program in one sandbox, for the span of a ``with`` block. ``budget_s`` bounds loading
+    the program and its CPU time in all (``allow`` gives the calls that follow a deadline of their
+    own); ``call(args, timeout)`` returns the entry point's result as plain data or raises
+    ProgramFailed; the sandbox and everything it started are killed on exit."""
 
     def __init__(self, program: str, entry_point: str, *, budget_s: float, limits: dict | None = None):
         self.limits = {**DEFAULT_LIMITS, **(limits or {})}
@@ -138,15 +139,18 @@ class SandboxedProgram:
                                      stderr=subprocess.DEVNULL, close_fds=True, env={"PATH": "/usr/bin:/bin"})
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.proc.stdout, selectors.EVENT_READ)
-        runner_limits = {k: self.limits[k] for k in ("memory_bytes", "file_bytes", "processes", "open_files")}
-        runner_limits["cpu_s"] = int(self.budget_s) + 2
-        self._send({"program": self.program, "entry_point": self.entry_point, "limits": runner_limits,
-                    "path": _import_path()})
-        # The budget runs from here: starting bubblewrap and Python does not count against the program.
-        self.deadline = time.monotonic() + self.budget_s + STARTUP_ALLOWANCE_S
-        reply = self._receive(self.deadline)
-        if reply != {"ready": True}:
-            raise ProgramFailed("error")
+        try:
+            runner_limits = {k: self.limits[k] for k in ("memory_bytes", "file_bytes", "processes", "open_files")}
+            runner_limits["cpu_s"] = int(self.budget_s) + 2
+            self._send({"program": self.program, "entry_point": self.entry_point, "limits": runner_limits,
+                        "path": _import_path()})
+            # The budget runs from here: starting bubblewrap and Python does not count against the program.
+            self.deadline = time.monotonic() + self.budget_s + STARTUP_ALLOWANCE_S
+            if self._receive(self.deadline) != {"ready": True}:
+                raise ProgramFailed("error")
+        except BaseException:
+            self.__exit__(None, None, None)  # a program that never got ready is killed too
+            raise
         self.deadline = min(self.deadline, time.monotonic() + self.budget_s)
         return self
 
@@ -197,6 +201,9 @@ class SandboxedProgram:
         if self.proc is not None:
             self.proc.kill()  # --die-with-parent down the chain ends the PID namespace and all in it
             self.proc.wait()
-            self.proc.stdin.close()
-            self.proc.stdout.close()
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                try:
+                    pipe.close()
+                except OSError:  # a pipe the killed sandbox left broken
+                    pass
             self.selector.close()
