@@ -275,7 +275,8 @@ def test_a_program_that_never_gets_ready_is_killed(tmp_path):
 
     problems = tmp_path / "toy.jsonl"
     write_jsonl(problems, [TOY])
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # other tests' (the arena's victim)
     t0 = time.monotonic()
     scored = score_samples(problems, [{"task_id": "Toy/0", "solution": "while True:\n    pass\n"}])
     assert not scored["per_task"]["Toy/0"][0]["base"] and time.monotonic() - t0 < 60
-    assert psutil.Process().children(recursive=True) == []
+    assert [p for p in psutil.Process().children(recursive=True) if p.pid not in before] == []

@@ -226,7 +226,7 @@ def _submitted_jobs(log: Path) -> list[str]:
     return re.findall(r"has been submitted with SLURM jobid (\d+)", log.read_text()) if log.exists() else []
 
 
-@pytest.mark.slow
+@pytest.mark.slurm
 def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_path):
     import os
     import shutil
