@@ -198,14 +198,12 @@ def pair_reward_accuracy(model, ref, tok, conv, rows: list[dict], cfg: dict, see
     """Share of held-out pairs whose implicit reward margin (policy against reference) is positive:
     causal log-likelihoods, or ELBOs on ``eval_elbo_samples`` masks shared by both models."""
     from ..core.likelihood import ar_loglikelihood
-    from .gamma import reference_scores, reward_accuracy
+    from .gamma import _pairs, reference_scores, reward_accuracy
 
     if conv.is_diffusion:
         n = cfg["eval_elbo_samples"]
         refs = reference_scores(ref, conv, rows, tok, n_samples=n, seed=seed)
         return reward_accuracy(model, conv, rows, tok, refs, beta=cfg["beta"], n_samples=n, seed=seed)
-    from .gamma import _pairs
-
     wins, loses = _pairs(tok, rows)
     score = lambda m, pairs: torch.tensor(ar_loglikelihood(m, pairs, tok.pad_token_id))  # noqa: E731
     margin = (score(model, wins) - score(ref, wins)) - (score(model, loses) - score(ref, loses))

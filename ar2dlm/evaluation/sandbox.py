@@ -59,6 +59,7 @@ def _system_dirs() -> list[str]:
     return [d for d in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc") if os.path.exists(d)]
 
 
+@cache
 def _interpreter_dirs() -> list[str]:
     """The interpreter, its standard library and the evaluator's site-packages: the program may
     import what evalplus's own workers could."""
