@@ -312,3 +312,25 @@ def test_a_comparison_of_two_floors_or_two_ceilings_is_degenerate_not_a_verdict(
     assert judge([0.2, 0.25, 0.3], "greater", {"a": 0.3, "b": 0.05}).verdict == "holds"
     assert judge([0.0, 0.0], "greater", {"a": 0.0, "b": 0.0}).verdict.startswith("inconclusive (fewer than 3 seeds)")
     assert judge([-0.1, -0.11, -0.12], "greater", None).verdict == "does not hold"  # no scores: AR-MAP's gamma claims
+
+
+def test_an_inconclusive_claim_is_sized_by_the_seeds_that_would_decide_it():
+    """At the measured effect and spread, the sized number of seeds decides the claim and one
+    fewer does not (per-seed differences built with exactly that mean and standard deviation)."""
+    import numpy as np
+    from ar2dlm.reporting.claims import _sizing, judge, seeds_to_decide
+
+    def differences(mean, sd, n):
+        z = np.linspace(-1.0, 1.0, n)
+        return list(mean + sd * (z - z.mean()) / z.std(ddof=1))
+
+    for mean, sd, test, decided in ((0.05, 0.1, "greater", "holds"), (-0.02, 0.05, "greater", "does not hold"),
+                                    (-0.03, 0.04, "not_worse", "does not hold")):
+        n = seeds_to_decide(mean, sd)
+        assert n is not None and n > 3
+        assert judge(differences(mean, sd, n), test).verdict == decided
+        fewer = judge(differences(mean, sd, n - 1), test)
+        assert fewer.verdict == "inconclusive" and _sizing(fewer) == str(n)
+    assert seeds_to_decide(0.0, 0.1) is None and seeds_to_decide(1e-4, 0.3) is None
+    assert _sizing(judge([0.1, -0.1, 0.0], "greater")).startswith("> 1000")
+    assert _sizing(judge([0.2, 0.25, 0.3], "greater")) is None  # decided: nothing to size

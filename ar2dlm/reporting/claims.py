@@ -13,6 +13,9 @@ the 95% t confidence interval of the mean difference. Verdicts (``VERDICT_RULE``
 - Fewer than 3 seeds: inconclusive.
 - Every compared run's mean below 0.05 or every one above 0.95 on the claim's metric (a score in
   [0, 1]): degenerate, never a verdict (two floors, or two ceilings, compared).
+
+An inconclusive claim is sized (``seeds_to_decide``): the fewest seeds whose interval, at the
+measured effect and per-seed spread, would exclude 0.
 """
 
 from __future__ import annotations
@@ -135,6 +138,28 @@ def verdict(diffs: list[float], test: str) -> Verdict:
     return Verdict(v, mean, sd, ci, p)
 
 
+MAX_SEEDS = 1000  # beyond this the effect is too small against its spread to size
+
+
+def seeds_to_decide(mean: float, sd: float) -> int | None:
+    """The fewest seeds n (>= MIN_SEEDS) at which the t interval of a mean difference ``mean`` with
+    per-seed spread ``sd`` excludes 0: t(0.975, n - 1) * sd / sqrt(n) < |mean|. None when no
+    number up to MAX_SEEDS would (no effect, or one lost in its spread); MIN_SEEDS when there is
+    no spread."""
+    if math.isnan(mean) or math.isnan(sd) or mean == 0:
+        return None
+    if sd == 0:
+        return MIN_SEEDS
+    ok = lambda n: stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n) < abs(mean)  # noqa: E731
+    if not ok(MAX_SEEDS):
+        return None
+    lo, hi = MIN_SEEDS, MAX_SEEDS  # the half-width falls with n: bisect for the first n that decides
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
+    return lo
+
+
 def judge(diffs: list[float], test: str, arms: dict[str, float] | None = None) -> Verdict:
     """``verdict``, unless the runs compared (``arms``: each run's mean on the claim's metric, a
     score in [0, 1]) all sit at the floor or all at the ceiling: then the study is degenerate."""
@@ -208,6 +233,16 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
     return [x - y for x, y in zip(va, vb)], measure, arms
 
 
+def _sizing(v: Verdict) -> str | None:
+    """For an inconclusive verdict, the seeds that would decide it at the measured effect and spread."""
+    if not v.verdict.startswith("inconclusive"):
+        return None
+    if math.isnan(v.sd):
+        return "unsized (one seed measures no spread)"
+    n = seeds_to_decide(v.mean, v.sd)
+    return f"> {MAX_SEEDS} (effect {v.mean:+.4f} lost in its spread)" if n is None else str(n)
+
+
 def evaluate_claims(config: dict) -> pd.DataFrame:
     rows = []
     for c in CLAIMS:
@@ -226,12 +261,15 @@ def evaluate_claims(config: dict) -> pd.DataFrame:
         rows.append({**base, "measure": measure, "test": c.test, "seeds": len(diffs), "effect": round(v.mean, 4),
                      "spread (sd)": nan(v.sd), f"{CONFIDENCE:.0%} CI": None if math.isnan(v.ci[0]) else
                      f"[{v.ci[0]:+.4f}, {v.ci[1]:+.4f}]", "p (paired t)": nan(v.p),
-                     "differences": ", ".join(f"{d:+.3f}" for d in diffs), "verdict": v.verdict})
+                     "differences": ", ".join(f"{d:+.3f}" for d in diffs), "verdict": v.verdict,
+                     "seeds to decide": _sizing(v)})
     return pd.DataFrame(rows)
 
 
 def claims_markdown(df: pd.DataFrame, preset: str) -> str:
     head = [f"# Claims of the four papers, tested on the {preset} preset", "",
             "Each row compares two runs of one study, paired by seed. Measured here at this preset's scale: a verdict "
-            "says what these runs show, not what the papers found.", "", f"Verdict rule: {VERDICT_RULE}.", ""]
+            "says what these runs show, not what the papers found.", "", f"Verdict rule: {VERDICT_RULE}.", "",
+            "An inconclusive row's 'seeds to decide' is the fewest seeds whose interval would exclude 0 at its "
+            "measured effect and per-seed spread.", ""]
     return "\n".join(head + [df.to_markdown(index=False), ""])
