@@ -24,7 +24,6 @@ import math
 from dataclasses import dataclass
 
 import pandas as pd
-from scipy import stats
 
 from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
@@ -110,6 +109,8 @@ class Verdict:
 
 def verdict(diffs: list[float], test: str) -> Verdict:
     """The verdict on paired differences a - b under ``test`` (the rule: VERDICT_RULE)."""
+    from scipy import stats
+
     if test not in ("greater", "not_worse", "near_best"):
         raise ValueError(f"unknown test {test!r} (known: greater, not_worse, near_best)")
     n = len(diffs)
@@ -146,6 +147,8 @@ def seeds_to_decide(mean: float, sd: float) -> int | None:
     per-seed spread ``sd`` excludes 0: t(0.975, n - 1) * sd / sqrt(n) < |mean|. None when no
     number up to MAX_SEEDS would (no effect, or one lost in its spread); MIN_SEEDS when there is
     no spread."""
+    from scipy import stats  # here, not at the top: the DAG build imports this module for claim_inputs
+
     if math.isnan(mean) or math.isnan(sd) or mean == 0:
         return None
     if sd == 0:
