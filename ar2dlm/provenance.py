@@ -18,13 +18,34 @@ LIBRARIES = ["ar2dlm", "torch", "transformers", "tokenizers", "datasets", "evalp
 
 
 def library_versions() -> dict:
+    """Library versions, and the machine facts a CPU result depends on (``machine``)."""
     out = {"python": platform.python_version()}
     for name in LIBRARIES:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = None
+    out["machine"] = machine()
     return out
+
+
+def machine() -> dict:
+    """What makes the same seed give other numbers on another CPU: the processor, the vector
+    instructions torch dispatches its kernels to (AVX2, AVX512; bf16 matrix products differ with
+    avx512_bf16 and AMX), and the threads a reduction is split over."""
+    import torch
+
+    info = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())  # the first processor's lines
+    except OSError:
+        pass
+    flags = set(info.get("flags", "").split())
+    return {"cpu": info.get("model name", platform.processor()), "kernels": torch.backends.cpu.get_cpu_capability(),
+            "bf16_instructions": sorted(flags & {"avx512_bf16", "amx_bf16"}), "threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
 
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]

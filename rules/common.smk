@@ -23,7 +23,7 @@ from ar2dlm.pipeline import layout
 from ar2dlm.pipeline.checks import check_config
 from ar2dlm.pipeline.config import ConfigError, benchmark_settings, describe_schema_error, merge_preset
 from ar2dlm.pipeline.jobs import (armap_domains, armap_jobs, conversion_corpus, conversion_jobs, conversion_settings,
-                                  eval_jobs, token_rows_source)
+                                  eval_jobs, init_manifest, token_rows_source)
 from ar2dlm.data.hub import MissingAssetError, is_cached, missing_message, require_token
 from ar2dlm.pipeline.assets import assets_for, hub_assets
 from ar2dlm.evaluation.suite import BENCHMARK_KINDS

@@ -8,6 +8,8 @@ rule convert:
     input:
         teacher=layout.teacher_dir(),
         corpus=lambda wc: conversion_corpus(config, wc.run),
+        # a staged run (init: {run: NAME}) starts from that run's final checkpoint, same model and seed
+        init=lambda wc: init_manifest(config, wc.model, wc.run, wc.seed),
     output:
         layout.conversion_manifest(),
     params:
@@ -16,6 +18,7 @@ rule convert:
         # one process per GPU of the job (the SLURM profile grants them); a plain process without GPUs
         launcher=lambda wc, resources: launcher(resources),
         launch=conversion_launch,
+        init=lambda wc, input: f"--init-from {json.dumps(input.init[0])}" if input.init else "",
     resources:
         **conversion_resources(),
     # one thread per job: on CPUs the tiny model trains 1.37x faster as parallel one-thread jobs than
@@ -30,4 +33,4 @@ rule convert:
     shell:
         "{params.launcher} -m ar2dlm.training.convert_run --settings {params.run:q} --teacher {input.teacher:q} "
         "--corpus {input.corpus:q} --out {output:q} --seed {wildcards.seed} --preset {params.preset} "
-        "--model {wildcards.model} --job-log {log:q} --threads {threads} --launch {params.launch:q}"
+        "--model {wildcards.model} --job-log {log:q} --threads {threads} --launch {params.launch:q} {params.init}"

@@ -71,15 +71,18 @@ rule armap_report:
 
 
 rule claims:
-    """Every directional claim of the four papers: effect, spread over seeds, verdict."""
+    """Every directional claim of the four papers: effect, spread over seeds, verdict, and the
+    budget-sensitive ones' effects against the training step."""
     input:
         claim_inputs(config),
     output:
         md=report(layout.claims_file("md"), category="Claims"),
         csv=layout.claims_file("csv"),
+        by_step_pdf=report(layout.claims_by_step_figure("pdf"), category="Claims"),
+        by_step_png=layout.claims_by_step_figure("png"),
     params:
         config=lambda wc: {k: config[k] for k in ("preset", "armap", "runs", "training", "models", "seed", "eval",
-                                                  "studies")},
+                                                  "studies", "claims") if k in config},
     log:
         layout.log_path("tables/claims"),
     benchmark:

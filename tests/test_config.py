@@ -334,3 +334,19 @@ def test_an_inconclusive_claim_is_sized_by_the_seeds_that_would_decide_it():
     assert seeds_to_decide(0.0, 0.1) is None and seeds_to_decide(1e-4, 0.3) is None
     assert _sizing(judge([0.1, -0.1, 0.0], "greater")).startswith("> 1000")
     assert _sizing(judge([0.2, 0.25, 0.3], "greater")) is None  # decided: nothing to size
+
+
+def test_effects_within_the_cross_machine_spread_decide_no_greater_claim():
+    """A tight interval above 0 holds only once the effect passes the margin; within it a 'greater'
+    claim is inconclusive (and unsized) and a 'not_worse' claim holds; m = 0 is the plain rule."""
+    from ar2dlm.reporting.claims import _sizing, judge
+
+    small = [0.03, 0.031, 0.032]
+    assert judge(small, "greater").verdict == "holds"
+    within = judge(small, "greater", margin=0.0625)
+    assert within.verdict.startswith("inconclusive (effect within the cross-machine spread")
+    assert _sizing(within, 0.0625).startswith("none: the effect +0.0310 is within")
+    assert judge([0.1, 0.11, 0.12], "greater", margin=0.0625).verdict == "holds"
+    assert judge([-0.03, -0.031, -0.032], "not_worse").verdict == "does not hold"
+    assert judge([-0.03, -0.031, -0.032], "not_worse", margin=0.0625).verdict == "holds"
+    assert judge([-0.1, -0.11, -0.12], "not_worse", margin=0.0625).verdict == "does not hold"

@@ -470,3 +470,42 @@ def setup_tokenizer(setup):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(setup / "teacher"))
+
+
+def test_a_staged_run_starts_from_its_source_runs_final_weights_and_counts_its_compute(setup, tmp_path):
+    """``init: {run: NAME}``: the staged run starts from the source run's final weights (at learning
+    rate 0 its checkpoint equals them bitwise, and they are not the teacher's), and the manifest adds
+    the source's tokens and FLOPs; without the source's manifest it refuses."""
+    from ar2dlm.pipeline.layout import checkpoint_dir
+    from ar2dlm.provenance import write_json
+
+    source = train(setup, run_cfg("ed", steps=4, checkpoint_every=4), tmp_path / "ed")
+    write_json(tmp_path / "ed" / "train.json", source)
+    staged = run_cfg("opd", steps=2, checkpoint_every=2, lr=0.0)  # lr 0: the weights stay the source's
+    staged["init"] = {"run": "ed"}
+    with pytest.raises(ValueError, match="give that run's manifest"):
+        train(setup, staged, tmp_path / "refused")
+    info = train_run(staged, setup / "teacher", setup / "corpus.jsonl", tmp_path / "opd", seed=0, preset="smoke",
+                     model_name="tiny", init_from=tmp_path / "ed" / "train.json")
+    final_source = weights(checkpoint_dir(tmp_path / "ed", 4))
+    started = weights(checkpoint_dir(tmp_path / "opd", 2))
+    assert all(torch.equal(final_source[k], started[k]) for k in final_source)
+    assert not all(torch.equal(final_source[k], weights(setup / "teacher")[k]) for k in final_source if k in weights(setup / "teacher"))
+    assert info["init"]["run"] == "ed" and info["tokens_with_init"] == info["tokens"] + source["tokens"]
+    assert info["flops"]["with_init"] == pytest.approx(info["flops"]["total"] + source["flops"]["total"])
+
+
+def test_staged_runs_are_checked_when_the_config_loads():
+    from ar2dlm.pipeline.config import ConfigError
+    from ar2dlm.pipeline.jobs import conversion_settings, init_manifest
+
+    cfg = merge_preset({"preset": "smoke"}, REPO / "config")
+    cfg["runs"]["staged"] = {"method": "opdlm", "init": {"run": "ed"}}
+    assert init_manifest(cfg, "tiny", "staged", 1) == ["results/models/tiny/ed/seed1/train.json"]
+    assert conversion_settings(cfg, "staged")["init"]["settings"] == conversion_settings(cfg, "ed")
+    cfg["runs"]["ed"]["init"] = {"run": "staged"}
+    with pytest.raises(ConfigError, match="in a loop: staged -> ed -> staged"):
+        resolve_run(cfg, "staged")
+    cfg["runs"]["ed"]["init"] = {"run": "nope"}
+    with pytest.raises(ConfigError, match="no such run 'nope'"):
+        resolve_run(cfg, "staged")

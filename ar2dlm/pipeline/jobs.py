@@ -58,7 +58,17 @@ class StudyMember(NamedTuple):
 def conversion_settings(config: dict, name: str) -> dict:
     """What a run trains with: its resolved settings without the job selection (models, seeds),
     so adding a model or a seed elsewhere does not retrain existing runs."""
-    return {k: v for k, v in resolve_run(config, name).items() if k not in ("models", "seeds")}
+    out = {k: v for k, v in resolve_run(config, name).items() if k not in ("models", "seeds")}
+    if isinstance(out["init"], dict):  # a run started from another one changes when that one does
+        out["init"] = {"run": out["init"]["run"], "settings": conversion_settings(config, out["init"]["run"])}
+    return out
+
+
+def init_manifest(config: dict, model: str, name: str, seed) -> list[str]:
+    """The manifest of the run a run starts from, on the same model and seed ([] when it starts
+    from the teacher or from scratch)."""
+    init = resolve_run(config, name)["init"]
+    return [layout.conversion_manifest(model, init["run"], seed)] if isinstance(init, dict) else []
 
 
 def checkpoint_steps_of(run: dict) -> list[int]:

@@ -230,6 +230,11 @@ def claims_file(fmt: str) -> str:
     return _r(f"claims.{fmt}")
 
 
+def claims_by_step_figure(fmt: str) -> str:
+    """The budget-sensitive claims' effects against the training step."""
+    return _r(f"claims_by_step.{fmt}")
+
+
 def tracking_dir(backend: str) -> str:
     """Where an experiment tracker (TensorBoard, offline W&B, MLflow) writes every run's metrics."""
     return _r("tracking", backend)

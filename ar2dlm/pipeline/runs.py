@@ -42,4 +42,23 @@ def resolve_run(config: dict, name: str) -> dict:
     out["models"] = run.get("models", list(config["models"]))
     out["seeds"] = run.get("seeds", [config["seed"]])
     out["name"] = name
+    init_chain(config, name)
     return out
+
+
+def init_chain(config: dict, name: str) -> list[str]:
+    """The runs a run starts from, nearest first (``init: {run: NAME}``), checked to exist and not
+    to loop."""
+    chain, seen = [], {name}
+    init = config["runs"][name].get("init")
+    while isinstance(init, dict):
+        source = init["run"]
+        if source not in config["runs"]:
+            raise ConfigError(f"runs.{name}.init.run", f"no such run {source!r} (known: {', '.join(config['runs'])})")
+        if source in seen:
+            raise ConfigError(f"runs.{name}.init.run", f"the runs start from each other in a loop: "
+                              f"{' -> '.join([name, *chain, source])}")
+        chain.append(source)
+        seen.add(source)
+        init = config["runs"][source].get("init")
+    return chain

@@ -10,6 +10,9 @@ the 95% t confidence interval of the mean difference. Verdicts (``VERDICT_RULE``
   difference is <= 0 with no spread, else inconclusive.
 - ``not_worse``: holds when the effect is >= 0, does not hold when the interval lies below 0, else
   inconclusive. ``near_best``: the same, a against the best other run of the study.
+- With a margin m (``claims.min_effect``: how far the same run's score moves between machines), an
+  effect within +-m is no verdict for ``greater`` (inconclusive), and "no worse" for ``not_worse``
+  and ``near_best`` (holds); the rules above apply beyond it. m = 0 is the plain rule.
 - Fewer than 3 seeds: inconclusive.
 - Every compared run's mean below 0.05 or every one above 0.95 on the claim's metric (a score in
   [0, 1]): degenerate, never a verdict (two floors, or two ceilings, compared).
@@ -27,7 +30,7 @@ import pandas as pd
 
 from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
-from ..pipeline.jobs import armap_dlms, study_models, study_seeds
+from ..pipeline.jobs import armap_dlms, study_members, study_models, study_seeds
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
 from .tables import headline_metric
@@ -40,8 +43,9 @@ VERDICT_RULE = (f"paired t-test on the per-seed differences (scipy.stats) and th
                 "interval of their mean. greater: holds when the interval lies above 0, does not hold when it lies "
                 "below 0 (or every difference is <= 0 with no spread); not_worse and near_best: hold when the mean "
                 f"difference is >= 0, do not hold when the interval lies below 0; otherwise, or with fewer than "
-                f"{MIN_SEEDS} seeds, inconclusive; every compared run's mean below {FLOOR} or above {CEILING} on the "
-                "claim's metric: degenerate")
+                f"{MIN_SEEDS} seeds, inconclusive; a mean difference within the margin m (the spread between "
+                "machines) decides no greater claim and counts as no worse; every compared run's mean below "
+                f"{FLOOR} or above {CEILING} on the claim's metric: degenerate")
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,9 @@ CLAIMS = [
 CLAIM_MERGE = "task_arithmetic"  # AR-MAP's claims read this merge's gamma searches
 
 
-def _value(config, bench, model, run, seed, option):
-    step = None if run == "teacher" else resolve_run(config, run)["training"]["steps"]
+def _value(config, bench, model, run, seed, option, step=None):
+    """A run's score at ``step`` (default: its final step), or the teacher's."""
+    step = None if run == "teacher" else step or resolve_run(config, run)["training"]["steps"]
     res = read_json(layout.eval_path(bench, model, run, seed, step))
     if option == "lowest_threshold":
         lowest = min(r["threshold"] for r in res["rows"])
@@ -107,8 +112,9 @@ class Verdict:
     p: float  # two-sided paired t-test of mean difference 0
 
 
-def verdict(diffs: list[float], test: str) -> Verdict:
-    """The verdict on paired differences a - b under ``test`` (the rule: VERDICT_RULE)."""
+def verdict(diffs: list[float], test: str, margin: float = 0.0) -> Verdict:
+    """The verdict on paired differences a - b under ``test``, effects within +-``margin`` read as
+    no difference (the rule: VERDICT_RULE)."""
     from scipy import stats
 
     if test not in ("greater", "not_worse", "near_best"):
@@ -128,28 +134,30 @@ def verdict(diffs: list[float], test: str) -> Verdict:
     if n < MIN_SEEDS:
         return Verdict(f"inconclusive (fewer than {MIN_SEEDS} seeds)", mean, sd, ci, p)
     if test == "greater":
-        if ci[0] > 0:
+        if abs(mean) < margin:
+            v = f"inconclusive (effect within the cross-machine spread +-{margin:g})"
+        elif ci[0] > 0:
             v = "holds"
         elif ci[1] < 0 or (sd == 0 and mean <= 0):
             v = "does not hold"
         else:
             v = "inconclusive"
     else:
-        v = "holds" if mean >= 0 else ("does not hold" if ci[1] < 0 else "inconclusive")
+        v = "holds" if mean >= -margin else ("does not hold" if ci[1] < 0 else "inconclusive")
     return Verdict(v, mean, sd, ci, p)
 
 
 MAX_SEEDS = 1000  # beyond this the effect is too small against its spread to size
 
 
-def seeds_to_decide(mean: float, sd: float) -> int | None:
+def seeds_to_decide(mean: float, sd: float, margin: float = 0.0) -> int | None:
     """The fewest seeds n (>= MIN_SEEDS) at which the t interval of a mean difference ``mean`` with
     per-seed spread ``sd`` excludes 0: t(0.975, n - 1) * sd / sqrt(n) < |mean|. None when no
-    number up to MAX_SEEDS would (no effect, or one lost in its spread); MIN_SEEDS when there is
-    no spread."""
+    number up to MAX_SEEDS would (no effect, one lost in its spread, or one within ``margin``);
+    MIN_SEEDS when there is no spread."""
     from scipy import stats  # here, not at the top: the DAG build imports this module for claim_inputs
 
-    if math.isnan(mean) or math.isnan(sd) or mean == 0:
+    if math.isnan(mean) or math.isnan(sd) or mean == 0 or abs(mean) < margin:
         return None
     if sd == 0:
         return MIN_SEEDS
@@ -163,10 +171,10 @@ def seeds_to_decide(mean: float, sd: float) -> int | None:
     return lo
 
 
-def judge(diffs: list[float], test: str, arms: dict[str, float] | None = None) -> Verdict:
+def judge(diffs: list[float], test: str, arms: dict[str, float] | None = None, margin: float = 0.0) -> Verdict:
     """``verdict``, unless the runs compared (``arms``: each run's mean on the claim's metric, a
     score in [0, 1]) all sit at the floor or all at the ceiling: then the study is degenerate."""
-    v = verdict(diffs, test)
+    v = verdict(diffs, test, margin)
     if arms and len(diffs) >= MIN_SEEDS and (all(m < FLOOR for m in arms.values()) or all(m > CEILING for m in arms.values())):
         where = "floor" if all(m < FLOOR for m in arms.values()) else "ceiling"
         means = ", ".join(f"{r} {m:.3f}" for r, m in arms.items())
@@ -181,15 +189,16 @@ def _paired_seeds(config: dict, spec: dict, runs: list[str]) -> list[int]:
 
 def claim_inputs(config: dict) -> list[str]:
     """The evaluation and AR-MAP files the claims read: every run of each claim's study on the
-    study's first benchmark at its final step, the teacher, and the AR-MAP gamma curves."""
+    study's first benchmark at its final step (at every evaluated step where the study evaluates
+    all checkpoints), the teacher, and the AR-MAP gamma curves."""
     paths = [layout.gamma_curve(*d, pd_, CLAIM_MERGE) for d in armap_dlms(config) for pd_ in config["armap"]["domains"]]
     for study in sorted({c.study for c in CLAIMS} & set(config["studies"])):
         spec = config["studies"][study]
         bench, model = spec["evals"][0], study_models(config, spec)[0]
         paths.append(layout.eval_path(bench, model, "teacher"))
-        for r in spec["runs"]:
-            step = resolve_run(config, r)["training"]["steps"]
-            paths += [layout.eval_path(bench, model, r, s, step) for s in study_seeds(config, spec, r)]
+        for m in study_members(config, study):
+            if m.model == model:
+                paths += [layout.eval_path(bench, model, m.run, s, k) for s in m.seeds for k in m.steps]
     return sorted(set(paths))
 
 
@@ -236,13 +245,43 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
     return [x - y for x, y in zip(va, vb)], measure, arms
 
 
-def _sizing(v: Verdict) -> str | None:
+def effect_by_step(config: dict, c: Claim, spec: dict) -> dict[int, list[float]]:
+    """The claim's per-seed differences (a - b, paired seeds) at every training step both runs
+    were evaluated at: the study evaluates all checkpoints (``checkpoints: all``) and the runs
+    share a step budget. Empty otherwise."""
+    a = winner(c, spec)
+    if spec.get("checkpoints") != "all" or c.b in ("teacher", None) or c.test == "near_best":
+        return {}
+    bench, model = spec["evals"][0], study_models(config, spec)[0]
+    steps = {m.run: m.steps for m in study_members(config, c.study) if m.model == model}
+    seeds = _paired_seeds(config, spec, [a, c.b])
+    out = {}
+    for k in sorted(set(steps[a]) & set(steps[c.b])):
+        out[k] = [_value(config, bench, model, a, s, c.option, k) - _value(config, bench, model, c.b, s, c.option, k)
+                  for s in seeds]
+    return out
+
+
+def effect_curves(config: dict) -> dict[str, dict[int, list[float]]]:
+    """``effect_by_step`` of every claim whose study evaluates all checkpoints, by claim id."""
+    out = {}
+    for c in CLAIMS:
+        spec = config["studies"].get(c.study)
+        if spec is not None and {winner(c, spec), c.b} - {"teacher", None} <= set(spec["runs"]):
+            if curve := effect_by_step(config, c, spec):
+                out[c.id] = curve
+    return out
+
+
+def _sizing(v: Verdict, margin: float = 0.0) -> str | None:
     """For an inconclusive verdict, the seeds that would decide it at the measured effect and spread."""
     if not v.verdict.startswith("inconclusive"):
         return None
     if math.isnan(v.sd):
         return "unsized (one seed measures no spread)"
-    n = seeds_to_decide(v.mean, v.sd)
+    if abs(v.mean) < margin:
+        return f"none: the effect {v.mean:+.4f} is within the cross-machine spread +-{margin:g}"
+    n = seeds_to_decide(v.mean, v.sd, margin)
     return f"> {MAX_SEEDS} (effect {v.mean:+.4f} lost in its spread)" if n is None else str(n)
 
 
@@ -250,22 +289,25 @@ def evaluate_claims(config: dict) -> pd.DataFrame:
     rows = []
     for c in CLAIMS:
         base = {"id": c.id, "paper": c.paper, "claim": c.text, "study": c.study}
-        arms = None  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
+        arms, by_step = None, {}  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
         if c.study == "armap":
             diffs, measure = _armap_differences(config, c.option)
         elif c.study in config["studies"] and {winner(c, config["studies"][c.study]), c.b} - {"teacher", None} <= set(
                 config["studies"][c.study]["runs"]):
             diffs, measure, arms = _study_differences(config, c, config["studies"][c.study])
+            by_step = {k: sum(d) / len(d) for k, d in effect_by_step(config, c, config["studies"][c.study]).items()}
         else:
             rows.append({**base, "verdict": "not run in this preset"})
             continue
-        v = judge(diffs, c.test, arms)
+        margin = config.get("claims", {}).get("min_effect", 0.0) if arms is not None else 0.0
+        v = judge(diffs, c.test, arms, margin)
         nan = lambda x: None if math.isnan(x) else round(x, 4)  # noqa: E731
         rows.append({**base, "measure": measure, "test": c.test, "seeds": len(diffs), "effect": round(v.mean, 4),
                      "spread (sd)": nan(v.sd), f"{CONFIDENCE:.0%} CI": None if math.isnan(v.ci[0]) else
                      f"[{v.ci[0]:+.4f}, {v.ci[1]:+.4f}]", "p (paired t)": nan(v.p),
                      "differences": ", ".join(f"{d:+.3f}" for d in diffs), "verdict": v.verdict,
-                     "seeds to decide": _sizing(v)})
+                     "seeds to decide": _sizing(v, margin),
+                     "effect by training step": ", ".join(f"{k}: {d:+.3f}" for k, d in by_step.items()) or None})
     return pd.DataFrame(rows)
 
 
@@ -274,5 +316,6 @@ def claims_markdown(df: pd.DataFrame, preset: str) -> str:
             "Each row compares two runs of one study, paired by seed. Measured here at this preset's scale: a verdict "
             "says what these runs show, not what the papers found.", "", f"Verdict rule: {VERDICT_RULE}.", "",
             "An inconclusive row's 'seeds to decide' is the fewest seeds whose interval would exclude 0 at its "
-            "measured effect and per-seed spread.", ""]
+            "measured effect and per-seed spread. Where a study evaluates every checkpoint, 'effect by training step' "
+            "gives the mean difference at each step; the verdict is read at the largest budget, the final step.", ""]
     return "\n".join(head + [df.to_markdown(index=False), ""])

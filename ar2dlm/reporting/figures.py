@@ -14,7 +14,7 @@ from ..pipeline import layout
 from ..pipeline.jobs import study_models
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
-from .tables import Evaluated, study_evaluations
+from .tables import Evaluated, recipe_flops, recipe_tokens, study_evaluations
 
 
 def pyplot():
@@ -85,7 +85,7 @@ def budget_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
     """Held-out NLL per token against the training tokens each run saw (its manifest)."""
     rows = []
     for d in data:
-        tokens = read_json(layout.conversion_manifest(d.model, d.run, d.seed))["tokens"]
+        tokens = recipe_tokens(read_json(layout.conversion_manifest(d.model, d.run, d.seed)))
         for m, v in d.result["metrics"].items():
             if m.startswith("nll_per_token"):
                 rows.append({"run": d.run, "tokens": tokens, "metric": m, "y": v})
@@ -105,7 +105,7 @@ def flops_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
 
     first = config["studies"][study]["evals"][0]
     metric = headline_metric(config, first)
-    rows = [{"run": d.run, "model": d.model, "flops": read_json(layout.conversion_manifest(d.model, d.run, d.seed))["flops"]["total"],
+    rows = [{"run": d.run, "model": d.model, "flops": recipe_flops(read_json(layout.conversion_manifest(d.model, d.run, d.seed))),
              "y": d.result["metrics"][metric]} for d in data if d.benchmark == first]
     df = pd.DataFrame(rows).groupby(["model", "run"]).agg(flops=("flops", "mean"), y=("y", "mean"), sd=("y", "std"))
     for (model, run), r in df.fillna(0.0).iterrows():
@@ -136,4 +136,23 @@ def study_figure(config: dict, study: str, pdf_path, png_path) -> None:
     seeds = sorted({d.seed for d in data})
     ax.set_title(f"{study} ({config['preset']} preset, seeds {', '.join(map(str, seeds))})", fontsize=8)
     ax.legend(fontsize=6)
+    save(fig, pdf_path, png_path)
+
+
+def effect_curves_figure(curves: dict[str, dict[int, list[float]]], pdf_path, png_path) -> None:
+    """Each budget-sensitive claim's effect (mean paired difference, +- sd over seeds) against the
+    training step, with the zero line the verdicts read against."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for claim, curve in curves.items():
+        agg = pd.DataFrame([{"step": k, "d": d} for k, ds in curve.items() for d in ds]).groupby("step")["d"] \
+            .agg(["mean", "std"]).fillna(0.0).reset_index()
+        ax.errorbar(agg["step"], agg["mean"], yerr=agg["std"], marker="o", capsize=3, label=claim)
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("effect (a - b, paired by seed)")
+    if curves:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no claim's study evaluates every checkpoint", ha="center", transform=ax.transAxes)
     save(fig, pdf_path, png_path)

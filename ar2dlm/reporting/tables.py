@@ -45,13 +45,23 @@ def mean_sd(values: list[float], fmt: str = ".3f") -> str:
     return f"{s.mean():{fmt}}" if len(s) == 1 else f"{s.mean():{fmt}} ± {s.std():{fmt}}"
 
 
+def recipe_flops(manifest: dict) -> float:
+    """A run's training FLOPs, with those of the runs it was started from (a staged recipe)."""
+    return manifest["flops"].get("with_init", manifest["flops"]["total"])
+
+
+def recipe_tokens(manifest: dict) -> int:
+    return manifest.get("tokens_with_init", manifest["tokens"])
+
+
 def training_columns(manifests: list[str], speed: bool) -> dict:
     """Training tokens and training FLOPs as the trainer counted them (student forward and
-    backward, the teacher's forward, on-policy rollouts: ``Objective._count``), and with ``speed``
-    tokens/s (summed step time, across resumptions), mean +- sd over seeds."""
+    backward, the teacher's forward, on-policy rollouts: ``Objective._count``; a staged run's
+    include its earlier stages), and with ``speed`` tokens/s of the run's own stage (summed step
+    time, across resumptions), mean +- sd over seeds."""
     runs = [read_json(m) for m in manifests]
-    out = {"training tokens": mean_sd([r["tokens"] for r in runs], fmt=".0f"),
-           "training FLOPs": mean_sd([r["flops"]["total"] for r in runs], fmt=".3g")}
+    out = {"training tokens": mean_sd([recipe_tokens(r) for r in runs], fmt=".0f"),
+           "training FLOPs": mean_sd([recipe_flops(r) for r in runs], fmt=".3g")}
     if speed:
         out["training tokens/s"] = mean_sd([r["tokens"] / r["train_seconds"] for r in runs], fmt=".0f")
     return out

@@ -30,7 +30,7 @@ from tqdm import tqdm
 from ..core.attention import set_training_attention
 from ..core.conventions import Conventions
 from ..core.models import CheckpointError, file_sha256, load_conventions, save_model, verify_weights
-from ..pipeline.layout import checkpoint_dir, checkpoint_dirs
+from ..pipeline.layout import checkpoint_dir, checkpoint_dirs, final_checkpoint
 from ..provenance import library_versions, read_json, read_jsonl, write_json
 from ..data.token_rows import TokenRows, document_rows
 from .data import Batches, share
@@ -174,8 +174,10 @@ def _distributed():
 
 
 def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset: str, model_name: str,
-              tracking: dict | None = None, launch: dict | None = None) -> dict:
-    """Train one conversion run into ``out_dir``; ``tracking`` (backend, project, directory) also sends
+              tracking: dict | None = None, launch: dict | None = None, init_from=None) -> dict:
+    """Train one conversion run into ``out_dir``; a staged run (``init: {run: NAME}``) starts from
+    the final checkpoint of ``init_from`` (that run's manifest), and its manifest counts that run's
+    tokens and FLOPs too (``tokens_with_init``, ``flops.with_init``). ``tracking`` (backend, project, directory) also sends
     each step's log row to an experiment tracker. ``launch`` (the memory planner's choices):
     ``activation_checkpointing`` (else the run's setting), ``shard_teacher`` (FSDP2 on the frozen
     teacher too), ``stop_after_hours`` (checkpoint and return with ``stopped_at`` set once the next
@@ -198,7 +200,16 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
 
     batches = training_batches(corpus_path, objective, tok, tr["seq_len"], micro, seed)
 
-    if run["init"] == "ar":
+    staged = isinstance(run["init"], dict)
+    if staged != (init_from is not None):
+        raise ValueError(f"run {run['name']} starts from {run['init']}: " + (
+            "give that run's manifest (--init-from)" if staged else "it takes no --init-from"))
+    if staged:  # verified weights (recorded sha256, finite) of the source run's final checkpoint
+        from ..core.models import load_model
+
+        init_info = read_json(init_from)
+        model = load_model(final_checkpoint(init_from), dtype=torch.float32, device="cpu").model
+    elif run["init"] == "ar":
         model = AutoModelForCausalLM.from_pretrained(str(teacher_dir), dtype=torch.float32)
     else:
         torch.manual_seed(seed)
@@ -303,11 +314,17 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     # the log holds one row per step, across a killed attempt and its resumption
     log = read_jsonl(log_path) if rank == 0 else None
     flops = {k: sum(r.get(f"flops_{k}", 0.0) for r in log) for k in FLOP_PARTS} if log is not None else None
-    return {"run": run["name"], "model": model_name, "seed": seed, "steps": tr["steps"], "resumed_from": start,
+    info = {"run": run["name"], "model": model_name, "seed": seed, "steps": tr["steps"], "resumed_from": start,
             "checkpoints": checkpoint_steps(out_dir), "wall_seconds": round(time.time() - t_run, 1),
             "train_seconds": None if log is None else round(sum(r["step_s"] for r in log), 4),
             "tokens": None if log is None else sum(r["tokens"] for r in log),
             "flops": None if flops is None else {**flops, "total": sum(flops.values())}, "stopped_at": stopped_at}
+    if staged and log is not None:  # the whole recipe's compute: this stage and the stages before it
+        info["init"] = {"run": init_info["run"], "manifest": str(init_from), "steps": init_info["steps"]}
+        info["tokens_with_init"] = info["tokens"] + init_info.get("tokens_with_init", init_info["tokens"])
+        info["flops"]["with_init"] = info["flops"]["total"] + init_info["flops"].get("with_init",
+                                                                                    init_info["flops"]["total"])
+    return info
 
 
 def segment_ends(start: float, to_next_checkpoint: float, hours: float, world: int) -> bool:
