@@ -23,7 +23,7 @@ from ar2dlm.pipeline import layout
 from ar2dlm.pipeline.checks import check_config
 from ar2dlm.pipeline.config import ConfigError, benchmark_settings, describe_schema_error, merge_preset
 from ar2dlm.pipeline.jobs import (armap_domains, armap_jobs, conversion_corpus, conversion_jobs, conversion_settings,
-                                  eval_jobs, init_manifest, token_rows_source)
+                                  eval_jobs, init_manifest, study_config, token_rows_source)
 from ar2dlm.data.hub import MissingAssetError, is_cached, missing_message, require_token
 from ar2dlm.pipeline.assets import assets_for, hub_assets
 from ar2dlm.evaluation.suite import BENCHMARK_KINDS
@@ -169,16 +169,6 @@ def preference_files(split):
 
 def eval_outputs():
     return [j.path for j in EVALS] + [j.path for j in TEACHER_EVALS]
-
-
-def study_config(study):
-    """What a study's table and figure read from the config (so other studies' edits rerun nothing)."""
-    spec = config["studies"][study]
-    runs = {r: config["runs"][r] for r in spec["runs"]}
-    return {"preset": config["preset"], "seed": config["seed"], "studies": {study: spec}, "runs": runs,
-            "training": config["training"], "models": config["models"],
-            "eval": {"decoding": config["eval"]["decoding"],
-                     "benchmarks": {e: config["eval"]["benchmarks"][e] for e in spec["evals"]}}}
 
 
 def table_outputs():

@@ -12,7 +12,7 @@ rule study_table:
         csv=layout.study_table(fmt="csv"),
         tex=layout.study_table(fmt="tex"),
     params:
-        config=lambda wc: study_config(wc.study),
+        config=lambda wc: study_config(config, wc.study),
     log:
         layout.log_path("tables/{study}"),
     benchmark:
@@ -32,7 +32,7 @@ rule study_figure:
         png=report(layout.study_figure(fmt="png"), category="Figures", subcategory="{figpath}"),
     params:
         study=lambda wc: FIGURES[wc.figpath],
-        config=lambda wc: study_config(FIGURES[wc.figpath]),
+        config=lambda wc: study_config(config, FIGURES[wc.figpath]),
     log:
         layout.log_path("figures/{figpath}"),
     benchmark:

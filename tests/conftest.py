@@ -35,13 +35,14 @@ def dry_run(tmp_path, standin_hub):
     """Dry-run all_tables with a config (a dict merged over a preset), the stand-in hub as the hub
     cache; returns the finished process."""
 
-    def _run(config: dict | None = None, preset: str | None = "smoke", target: str = "all_tables"):
+    def _run(config: dict | None = None, preset: str | None = "smoke", target: str = "all_tables",
+             printshell: bool = False):
         files = [str(REPO / "config" / "presets" / f"{preset}.yaml")] if preset else []
         if config is not None:
             path = tmp_path / "override.yaml"
             path.write_text(yaml.safe_dump(config))
             files.append(str(path))
-        args = ["-n", target] + (["--configfile", *files] if files else [])
+        args = ["-n", target] + (["-p"] if printshell else []) + (["--configfile", *files] if files else [])
         return run_snakemake(args, tmp_path, timeout=120, hub_cache=standin_hub)
 
     return _run

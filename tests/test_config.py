@@ -1,5 +1,6 @@
 """The DAG builds for every preset; bad configs fail at DAG build time naming the key."""
 
+import json
 import pytest
 import yaml
 
@@ -141,7 +142,7 @@ BAD_CONFIGS = [
     ({"data": {"prompt_sets": {"qs": {"path": "json", "split": "train", "prompt_field": "q", "n": 5}}},
       "runs": {"opd_off": {"distill": {"prompts": "qs"}}}}, "runs.opd_off.distill.on_policy", "no completion_field"),
     ({"bench": {"ratio_length": 24}}, "bench.ratio_length", "not one of bench.lengths"),
-    ({"studies": {"combinations": {"evals": ["vibes"]}}}, "studies.combinations.evals", "'vibes' is not a key of eval"),
+    ({"studies": {"combined": {"evals": ["vibes"]}}}, "studies.combined.evals", "'vibes' is not a key of eval"),
     ({"eval": {"benchmarks": {"synthetic_code": {"max_new_tokens": 12}}}}, "eval.benchmarks.synthetic_code.max_new_tokens",
      "does not divide the generation length 12"),
     ({"eval": {"benchmarks": {"arithmetic": {"limit": 17}}}}, "eval.benchmarks.arithmetic.limit", "larger than their source"),
@@ -208,10 +209,11 @@ def test_runs_compose_method_defaults_with_their_own_keys():
     ra = resolve_run(cfg, "ra")
     assert ra["align"] == {"lambda": 10.0, "metric": "cos", "layers": "all"} and ra["attention"] == "bidirectional"
     assert ra["shift"] is True and ra["distill"] is None and ra["training"] == cfg["training"]
-    combo = resolve_run(cfg, "opd_ra")  # distillation plus alignment on a block student, by config only
-    assert combo["attention"] == "block" and combo["block_size"] == 4 and combo["shift"] is False
+    combo = resolve_run(cfg, "combined")  # distillation plus alignment on a block student, by config only
+    assert combo["attention"] == "block" and combo["block_size"] == 4 and combo["init"] == "ar"
     assert combo["align"]["lambda"] == 1 and combo["align"]["metric"] == "cos"
     assert combo["distill"]["on_policy"] is True and combo["distill"]["rollout_length"] == 32
+    assert combo["training"]["steps"] == resolve_run(cfg, "opd")["training"]["steps"]
     long = resolve_run(cfg, "ed_long")
     assert long["training"]["steps"] == 2 * resolve_run(cfg, "ed")["training"]["steps"] and long["training"]["batch_size"] == cfg["training"]["batch_size"]
     assert long["masking"] == "positional" and long["block_size"] == 8
@@ -350,3 +352,38 @@ def test_effects_within_the_cross_machine_spread_decide_no_greater_claim():
     assert judge([-0.03, -0.031, -0.032], "not_worse").verdict == "does not hold"
     assert judge([-0.03, -0.031, -0.032], "not_worse", margin=0.0625).verdict == "holds"
     assert judge([-0.1, -0.11, -0.12], "not_worse", margin=0.0625).verdict == "does not hold"
+
+
+def test_the_tiny_claims_read_benchmarks_the_tiny_teacher_can_do():
+    """Every tiny claim that compares conversion runs reads its study's first benchmark; the tiny
+    teacher's measured score there (docs/tiny/teacher_scores.json, benchmarks/teacher_scores.py)
+    is at least TEACHER_FLOOR, so the runs can show a difference (arithmetic, 0.17, reads none)."""
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.reporting.claims import CLAIMS, TEACHER_FLOOR, UNBOUNDED
+
+    cfg = merge_preset({"preset": "tiny"}, REPO / "config")
+    scores = json.loads((REPO / "docs" / "tiny" / "teacher_scores.json").read_text())["teacher_scores"]
+    read = set()
+    for c in CLAIMS:
+        spec = cfg["studies"].get(c.study)
+        if spec is None or c.b == "teacher":  # AR-MAP's gamma claims; the teacher as one of the arms
+            continue
+        bench = spec["evals"][0]
+        if cfg["eval"]["benchmarks"][bench]["kind"] in UNBOUNDED:
+            continue
+        assert bench in scores, f"{bench}: no measured teacher score; rerun benchmarks/teacher_scores.py"
+        assert scores[bench]["value"] >= TEACHER_FLOOR, (c.id, bench, scores[bench])
+        read.add(bench)
+    assert scores["arithmetic"]["value"] < TEACHER_FLOOR and "arithmetic" not in read
+
+
+def test_a_staged_run_waits_for_its_source_and_is_launched_from_its_final_checkpoint(dry_run):
+    proc = dry_run({"runs": {"opd_from_ed": {"method": "opdlm", "init": {"run": "ed"}, "distill": {"rollout_length": 8},
+                                             "training": {"steps": 4}}},
+                    "studies": {"staged": {"runs": ["opd_from_ed"], "evals": ["synthetic_code"], "seeds": [1]}}},
+                   target="results/models/tiny/opd_from_ed/seed1/train.json", printshell=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "results/models/tiny/ed/seed1/train.json" in out  # the source run (same model and seed) comes first
+    assert '--init-from "results/models/tiny/ed/seed1/train.json"' in out
+

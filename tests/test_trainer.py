@@ -497,12 +497,15 @@ def test_a_staged_run_starts_from_its_source_runs_final_weights_and_counts_its_c
 
 def test_staged_runs_are_checked_when_the_config_loads():
     from ar2dlm.pipeline.config import ConfigError
-    from ar2dlm.pipeline.jobs import conversion_settings, init_manifest
+    from ar2dlm.pipeline.jobs import conversion_settings, init_manifest, study_config
 
     cfg = merge_preset({"preset": "smoke"}, REPO / "config")
     cfg["runs"]["staged"] = {"method": "opdlm", "init": {"run": "ed"}}
     assert init_manifest(cfg, "tiny", "staged", 1) == ["results/models/tiny/ed/seed1/train.json"]
     assert conversion_settings(cfg, "staged")["init"]["settings"] == conversion_settings(cfg, "ed")
+    cfg["studies"]["staged"] = {"runs": ["staged"], "evals": ["synthetic_code"]}
+    table_config = study_config(cfg, "staged")  # what the study's table resolves its runs from
+    assert set(table_config["runs"]) == {"staged", "ed"} and resolve_run(table_config, "staged")["init"] == {"run": "ed"}
     cfg["runs"]["ed"]["init"] = {"run": "staged"}
     with pytest.raises(ConfigError, match="in a loop: staged -> ed -> staged"):
         resolve_run(cfg, "staged")

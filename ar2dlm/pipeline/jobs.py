@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from ..data.corpus import document_selection
 from . import layout
-from .runs import resolve_run
+from .runs import init_chain, resolve_run
 
 
 class Conversion(NamedTuple):
@@ -62,6 +62,17 @@ def conversion_settings(config: dict, name: str) -> dict:
     if isinstance(out["init"], dict):  # a run started from another one changes when that one does
         out["init"] = {"run": out["init"]["run"], "settings": conversion_settings(config, out["init"]["run"])}
     return out
+
+
+def study_config(config: dict, study: str) -> dict:
+    """What a study's table and figure read from the config (so other studies' edits rerun
+    nothing): its runs, and the runs staged runs start from."""
+    spec = config["studies"][study]
+    runs = {r: config["runs"][r] for name in spec["runs"] for r in [name, *init_chain(config, name)]}
+    return {"preset": config["preset"], "seed": config["seed"], "studies": {study: spec}, "runs": runs,
+            "training": config["training"], "models": config["models"],
+            "eval": {"decoding": config["eval"]["decoding"],
+                     "benchmarks": {e: config["eval"]["benchmarks"][e] for e in spec["evals"]}}}
 
 
 def init_manifest(config: dict, model: str, name: str, seed) -> list[str]:

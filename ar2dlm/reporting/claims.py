@@ -16,6 +16,8 @@ the 95% t confidence interval of the mean difference. Verdicts (``VERDICT_RULE``
 - Fewer than 3 seeds: inconclusive.
 - Every compared run's mean below 0.05 or every one above 0.95 on the claim's metric (a score in
   [0, 1]): degenerate, never a verdict (two floors, or two ceilings, compared).
+- The AR teacher itself below 0.3 on that metric: uninformative, never a verdict (the runs are
+  conversions of it; a benchmark it cannot do cannot show what they keep).
 
 An inconclusive claim is sized (``seeds_to_decide``): the fewest seeds whose interval, at the
 measured effect and per-seed spread, would exclude 0.
@@ -38,6 +40,7 @@ from .tables import headline_metric
 CONFIDENCE = 0.95
 MIN_SEEDS = 3
 FLOOR, CEILING = 0.05, 0.95  # a study whose compared runs all score outside these decides nothing
+TEACHER_FLOOR = 0.3  # a benchmark the AR teacher itself scores below this cannot show what a conversion keeps
 UNBOUNDED = ("likelihood",)  # benchmark kinds whose headline metric is not a score in [0, 1]
 VERDICT_RULE = (f"paired t-test on the per-seed differences (scipy.stats) and the {CONFIDENCE:.0%} t confidence "
                 "interval of their mean. greater: holds when the interval lies above 0, does not hold when it lies "
@@ -45,7 +48,8 @@ VERDICT_RULE = (f"paired t-test on the per-seed differences (scipy.stats) and th
                 f"difference is >= 0, do not hold when the interval lies below 0; otherwise, or with fewer than "
                 f"{MIN_SEEDS} seeds, inconclusive; a mean difference within the margin m (the spread between "
                 "machines) decides no greater claim and counts as no worse; every compared run's mean below "
-                f"{FLOOR} or above {CEILING} on the claim's metric: degenerate")
+                f"{FLOOR} or above {CEILING} on the claim's metric: degenerate; the AR teacher itself below "
+                f"{TEACHER_FLOOR} on it: uninformative")
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class Claim:
     a: str | tuple[str, ...] | None  # the run that should win: the first of these the study has (None: its first run)
     b: str | None  # the run it is compared with, or "teacher"
     test: str  # greater, not_worse or near_best
-    option: str | None = None  # lowest_threshold (throughput rows), gamma_hat or vs_gamma_one (AR-MAP)
+    option: str | None = None  # lowest_threshold (throughput rows), equal_flops, gamma_hat or vs_gamma_one (AR-MAP)
 
 
 CLAIMS = [
@@ -82,6 +86,9 @@ CLAIMS = [
           "ed_shift", "not_worse"),
     Claim("dlm_embeddings_beat_ar", "Efficient-DLM", "DLM embeddings beat the AR teacher's embeddings",
           "efficient_dlm/embeddings", None, "teacher", "greater"),
+    Claim("combined_beats_single", "combined",
+          "the combined recipe (alignment, block attention with clean context, then on-policy distillation) beats "
+          "every single recipe at equal training FLOPs", "combined", "combined", None, "greater", "equal_flops"),
     Claim("armap_gamma_above_one", "AR-MAP", "the best gamma is above 1", "armap", None, None, "greater", "gamma_hat"),
     Claim("armap_beats_plain_transfer", "AR-MAP", "gamma_hat beats plain transfer (gamma = 1) on held-out test pairs",
           "armap", None, None, "greater", "vs_gamma_one"),
@@ -190,7 +197,8 @@ def _paired_seeds(config: dict, spec: dict, runs: list[str]) -> list[int]:
 def claim_inputs(config: dict) -> list[str]:
     """The evaluation and AR-MAP files the claims read: every run of each claim's study on the
     study's first benchmark at its final step (at every evaluated step where the study evaluates
-    all checkpoints), the teacher, and the AR-MAP gamma curves."""
+    all checkpoints; with the runs' manifests for an equal-FLOPs claim), the teacher, and the
+    AR-MAP gamma curves."""
     paths = [layout.gamma_curve(*d, pd_, CLAIM_MERGE) for d in armap_dlms(config) for pd_ in config["armap"]["domains"]]
     for study in sorted({c.study for c in CLAIMS} & set(config["studies"])):
         spec = config["studies"][study]
@@ -199,6 +207,8 @@ def claim_inputs(config: dict) -> list[str]:
         for m in study_members(config, study):
             if m.model == model:
                 paths += [layout.eval_path(bench, model, m.run, s, k) for s in m.seeds for k in m.steps]
+                if any(c.option == "equal_flops" for c in CLAIMS if c.study == study):  # their FLOPs are compared
+                    paths += [layout.conversion_manifest(model, m.run, s) for s in m.seeds]
     return sorted(set(paths))
 
 
@@ -229,7 +239,7 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
     bench, model = spec["evals"][0], study_models(config, spec)[0]
     metric = headline_metric(config, bench)
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
-    if c.test == "near_best":
+    if c.b is None:  # against the best other run of the study (by its mean over the paired seeds)
         seeds = _paired_seeds(config, spec, spec["runs"])
         means = {r: [_value(config, bench, model, r, s, c.option) for s in seeds] for r in spec["runs"]}
         best = max((r for r in spec["runs"] if r != c.a), key=lambda r: sum(means[r]))
@@ -240,7 +250,8 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
     seeds = _paired_seeds(config, spec, [a] + ([] if c.b == "teacher" else [c.b]))
     va = [_value(config, bench, model, a, s, c.option) for s in seeds]
     vb = [_value(config, bench, model, c.b, None if c.b == "teacher" else s, c.option) for s in seeds]
-    measure = f"{bench} {metric}" + (" at the lowest threshold" if c.option else "") + f": {a} minus {c.b}"
+    measure = f"{bench} {metric}" + (" at the lowest threshold" if c.option == "lowest_threshold" else "") + \
+        f": {a} minus {c.b}"
     arms = {a: mean(va), c.b: mean(vb)} if config["eval"]["benchmarks"][bench]["kind"] not in UNBOUNDED else None
     return [x - y for x, y in zip(va, vb)], measure, arms
 
@@ -273,6 +284,34 @@ def effect_curves(config: dict) -> dict[str, dict[int, list[float]]]:
     return out
 
 
+def teacher_below_floor(config: dict, c: Claim, spec: dict) -> str | None:
+    """Why a claim's benchmark cannot decide it: the AR teacher's own score there is below
+    TEACHER_FLOOR (None when it is not)."""
+    bench, model = spec["evals"][0], study_models(config, spec)[0]
+    score = _value(config, bench, model, "teacher", None, None)  # its one decoding setting
+    if score < TEACHER_FLOOR:
+        return (f"uninformative (the AR teacher itself scores {score:.3f} on {bench}, below {TEACHER_FLOOR}: "
+                "choose a benchmark it can do)")
+    return None
+
+
+FLOPS_TOLERANCE = 1.15  # an equal-FLOPs claim's runs may differ this much in training FLOPs (rollouts vary)
+
+
+def unequal_flops(config: dict, spec: dict, runs: list[str]) -> str | None:
+    """Why the runs of an equal-FLOPs comparison are not at equal compute (their recipes' training
+    FLOPs, stages before them included, differ by more than FLOPS_TOLERANCE), or None."""
+    from .tables import recipe_flops
+
+    model = study_models(config, spec)[0]
+    seeds = _paired_seeds(config, spec, runs)
+    flops = {r: sum(recipe_flops(read_json(layout.conversion_manifest(model, r, s))) for s in seeds) / len(seeds)
+             for r in runs}
+    if max(flops.values()) > FLOPS_TOLERANCE * min(flops.values()):
+        return "not at equal FLOPs (" + ", ".join(f"{r} {f:.3g}" for r, f in flops.items()) + ")"
+    return None
+
+
 def _sizing(v: Verdict, margin: float = 0.0) -> str | None:
     """For an inconclusive verdict, the seeds that would decide it at the measured effect and spread."""
     if not v.verdict.startswith("inconclusive"):
@@ -301,6 +340,12 @@ def evaluate_claims(config: dict) -> pd.DataFrame:
             continue
         margin = config.get("claims", {}).get("min_effect", 0.0) if arms is not None else 0.0
         v = judge(diffs, c.test, arms, margin)
+        spec = config["studies"].get(c.study, {})
+        if arms is not None and c.b != "teacher" and (low := teacher_below_floor(config, c, spec)):
+            v = Verdict(low, v.mean, v.sd, v.ci, v.p)
+        compared = spec.get("runs", []) if c.b is None else [winner(c, spec), c.b]
+        if c.option == "equal_flops" and (why := unequal_flops(config, spec, compared)):
+            v = Verdict(why, v.mean, v.sd, v.ci, v.p)
         nan = lambda x: None if math.isnan(x) else round(x, 4)  # noqa: E731
         rows.append({**base, "measure": measure, "test": c.test, "seeds": len(diffs), "effect": round(v.mean, 4),
                      "spread (sd)": nan(v.sd), f"{CONFIDENCE:.0%} CI": None if math.isnan(v.ci[0]) else

@@ -1,0 +1,49 @@
+"""Record the AR teacher's headline score on every benchmark of a preset, from a run's results.
+
+    python benchmarks/teacher_scores.py RESULTS_DIR [--preset tiny] [--out docs/tiny/teacher_scores.json]
+
+The claims report calls a benchmark the teacher scores below ``TEACHER_FLOOR`` uninformative;
+``tests/test_config.py`` checks, against this record, that the tiny preset's claims read benchmarks
+the tiny teacher can do. Rerun it after changing the tiny teacher or its benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", type=Path, help="a finished run's results/ folder")
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "tiny" / "teacher_scores.json")
+    a = ap.parse_args()
+    from ar2dlm.evaluation.suite import BENCHMARK_KINDS
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.provenance import read_json, write_json
+    from ar2dlm.reporting.tables import headline_metric
+
+    config = merge_preset({"preset": a.preset}, REPO / "config")
+    os.chdir(a.results.parent)  # result paths are relative to the run's working directory
+    from ar2dlm.pipeline import layout
+
+    scores, provenance = {}, {}
+    for model in config["models"]:
+        for bench, spec in config["eval"]["benchmarks"].items():
+            path = Path(layout.eval_path(bench, model, "teacher"))
+            if not path.exists():
+                continue
+            res, metric = read_json(path), headline_metric(config, bench)
+            value = max(r[metric] for r in res["rows"]) if BENCHMARK_KINDS[spec["kind"]].rows else res["metrics"][metric]
+            scores[bench] = {"metric": metric, "value": round(value, 4)}
+            provenance = {"commit": res.get("provenance", {}).get("commit"), "machine": res["versions"].get("machine")}
+    write_json(a.out, {"preset": a.preset, "teacher_scores": scores, **provenance})
+    print(f"{a.out}: {len(scores)} benchmarks")
+
+
+if __name__ == "__main__":
+    main()
