@@ -177,13 +177,17 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
               tracking: dict | None = None, launch: dict | None = None, init_from=None) -> dict:
     """Train one conversion run into ``out_dir``; a staged run (``init: {run: NAME}``) starts from
     the final checkpoint of ``init_from`` (that run's manifest), and its manifest counts that run's
-    tokens and FLOPs too (``tokens_with_init``, ``flops.with_init``). ``tracking`` (backend, project, directory) also sends
-    each step's log row to an experiment tracker. ``launch`` (the memory planner's choices):
+    tokens and FLOPs too (``tokens_with_init``, ``flops.with_init``). ``tracking`` (backend,
+    project, directory) also sends each step's log row to an experiment tracker. ``launch`` (the memory planner's choices):
     ``activation_checkpointing`` (else the run's setting), ``shard_teacher`` (FSDP2 on the frozen
     teacher too), ``stop_after_hours`` (checkpoint and return with ``stopped_at`` set once the next
     checkpoint interval would pass that time: one segment of a run longer than a job may last)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    staged = isinstance(run["init"], dict)
+    if staged != (init_from is not None):
+        raise ValueError(f"run {run['name']} starts from {run['init']}: " + (
+            "give that run's manifest (--init-from)" if staged else "it takes no --init-from"))
     world, rank, device = _distributed()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -200,10 +204,6 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
 
     batches = training_batches(corpus_path, objective, tok, tr["seq_len"], micro, seed)
 
-    staged = isinstance(run["init"], dict)
-    if staged != (init_from is not None):
-        raise ValueError(f"run {run['name']} starts from {run['init']}: " + (
-            "give that run's manifest (--init-from)" if staged else "it takes no --init-from"))
     if staged:  # verified weights (recorded sha256, finite) of the source run's final checkpoint
         from ..core.models import load_model
 
