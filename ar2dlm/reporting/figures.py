@@ -110,7 +110,11 @@ def flops_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
     df = pd.DataFrame(rows).groupby(["model", "run"]).agg(flops=("flops", "mean"), y=("y", "mean"), sd=("y", "std"))
     for (model, run), r in df.fillna(0.0).iterrows():
         ax.errorbar([r["flops"]], [r["y"]], yerr=[r["sd"]], marker="o", capsize=3, label=f"{model} {run}")
-    ax.set_xscale("log")
+    if df["flops"].max() > 10 * df["flops"].min():  # budgets an order of magnitude apart
+        ax.set_xscale("log")
+    else:  # an equal-FLOPs comparison: a linear axis keeps its close ticks readable
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
+        ax.margins(x=0.5 if df["flops"].nunique() == 1 else 0.1)
     ax.set_xlabel("training FLOPs (counted: student, teacher, rollouts)")
     ax.set_ylabel(f"{first}: {metric}")
 
