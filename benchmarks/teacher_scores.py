@@ -22,10 +22,9 @@ def main() -> None:
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "tiny" / "teacher_scores.json")
     a = ap.parse_args()
-    from ar2dlm.evaluation.suite import BENCHMARK_KINDS
     from ar2dlm.pipeline.config import merge_preset
     from ar2dlm.provenance import read_json, write_json
-    from ar2dlm.reporting.tables import headline_metric
+    from ar2dlm.reporting.tables import headline_metric, headline_value
 
     config = merge_preset({"preset": a.preset}, REPO / "config")
     os.chdir(a.results.parent)  # result paths are relative to the run's working directory
@@ -33,13 +32,12 @@ def main() -> None:
 
     scores, provenance = {}, {}
     for model in config["models"]:
-        for bench, spec in config["eval"]["benchmarks"].items():
+        for bench in config["eval"]["benchmarks"]:
             path = Path(layout.eval_path(bench, model, "teacher"))
             if not path.exists():
                 continue
-            res, metric = read_json(path), headline_metric(config, bench)
-            value = max(r[metric] for r in res["rows"]) if BENCHMARK_KINDS[spec["kind"]].rows else res["metrics"][metric]
-            scores[bench] = {"metric": metric, "value": round(value, 4)}
+            res = read_json(path)
+            scores[bench] = {"metric": headline_metric(config, bench), "value": round(headline_value(config, bench, res), 4)}
             provenance = {"commit": res.get("provenance", {}).get("commit"), "machine": res["versions"].get("machine")}
     write_json(a.out, {"preset": a.preset, "teacher_scores": scores, **provenance})
     print(f"{a.out}: {len(scores)} benchmarks")

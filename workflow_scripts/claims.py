@@ -1,12 +1,12 @@
 from pathlib import Path
 
 from ar2dlm.provenance import log_to
-from ar2dlm.reporting.claims import claims_markdown, effect_curves, evaluate_claims
+from ar2dlm.reporting.claims import claims_markdown, evaluate_claims
 from ar2dlm.reporting.figures import effect_curves_figure
 
 log_to(snakemake.log[0])
 config = snakemake.params.config
-df = evaluate_claims(config)
+df, curves = evaluate_claims(config)
 df.to_csv(snakemake.output.csv, index=False)
 Path(snakemake.output.md).write_text(claims_markdown(df, config["preset"]))
-effect_curves_figure(effect_curves(config), snakemake.output.by_step_pdf, snakemake.output.by_step_png)
+effect_curves_figure(curves, snakemake.output.by_step_pdf, snakemake.output.by_step_png)

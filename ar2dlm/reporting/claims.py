@@ -31,12 +31,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
 from ..pipeline.jobs import armap_dlms, study_members, study_models, study_seeds
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
-from .tables import headline_metric
+from .tables import headline_metric, headline_value
 
 CONFIDENCE = 0.95
 MIN_SEEDS = 3
@@ -105,10 +104,7 @@ def _value(config, bench, model, run, seed, option, step=None):
         lowest = min(r["threshold"] for r in res["rows"])
         return sum(r["base_pass@1"] for r in res["rows"] if r["threshold"] == lowest) / \
             sum(1 for r in res["rows"] if r["threshold"] == lowest)
-    metric = headline_metric(config, bench)
-    if BENCHMARK_KINDS[config["eval"]["benchmarks"][bench]["kind"]].rows:  # one row per decoding setting: the best
-        return max(r[metric] for r in res["rows"])
-    return res["metrics"][metric]
+    return headline_value(config, bench, res)
 
 
 @dataclass(frozen=True)
@@ -205,10 +201,11 @@ def claim_inputs(config: dict) -> list[str]:
         spec = config["studies"][study]
         bench, model = spec["evals"][0], study_models(config, spec)[0]
         paths.append(layout.eval_path(bench, model, "teacher"))
+        flops_compared = any(c.option == "equal_flops" for c in CLAIMS if c.study == study)
         for m in study_members(config, study):
             if m.model == model:
                 paths += [layout.eval_path(bench, model, m.run, s, k) for s in m.seeds for k in m.steps]
-                if any(c.option == "equal_flops" for c in CLAIMS if c.study == study):  # their FLOPs are compared
+                if flops_compared:
                     paths += [layout.conversion_manifest(model, m.run, s) for s in m.seeds]
     return sorted(set(paths))
 
@@ -274,17 +271,6 @@ def effect_by_step(config: dict, c: Claim, spec: dict) -> dict[int, list[float]]
     return out
 
 
-def effect_curves(config: dict) -> dict[str, dict[int, list[float]]]:
-    """``effect_by_step`` of every claim whose study evaluates all checkpoints, by claim id."""
-    out = {}
-    for c in CLAIMS:
-        spec = config["studies"].get(c.study)
-        if spec is not None and {winner(c, spec), c.b} - {"teacher", None} <= set(spec["runs"]):
-            if curve := effect_by_step(config, c, spec):
-                out[c.id] = curve
-    return out
-
-
 def teacher_below_floor(config: dict, c: Claim, spec: dict) -> str | None:
     """Why a claim's benchmark cannot decide it: the AR teacher's own score there is below
     ``claims.teacher_floor`` (default TEACHER_FLOOR; None when it is not)."""
@@ -326,8 +312,10 @@ def _sizing(v: Verdict, margin: float = 0.0) -> str | None:
     return f"> {MAX_SEEDS} (effect {v.mean:+.4f} lost in its spread)" if n is None else str(n)
 
 
-def evaluate_claims(config: dict) -> pd.DataFrame:
-    rows = []
+def evaluate_claims(config: dict) -> tuple[pd.DataFrame, dict[str, dict[int, list[float]]]]:
+    """The claims table, and the per-seed effects by training step of the claims whose study
+    evaluates every checkpoint (by claim id: the by-step figure)."""
+    rows, curves = [], {}
     for c in CLAIMS:
         base = {"id": c.id, "paper": c.paper, "claim": c.text, "study": c.study}
         arms, by_step = None, {}  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
@@ -336,7 +324,9 @@ def evaluate_claims(config: dict) -> pd.DataFrame:
         elif c.study in config["studies"] and {winner(c, config["studies"][c.study]), c.b} - {"teacher", None} <= set(
                 config["studies"][c.study]["runs"]):
             diffs, measure, arms = _study_differences(config, c, config["studies"][c.study])
-            by_step = {k: sum(d) / len(d) for k, d in effect_by_step(config, c, config["studies"][c.study]).items()}
+            if curve := effect_by_step(config, c, config["studies"][c.study]):
+                curves[c.id] = curve
+            by_step = {k: sum(d) / len(d) for k, d in curve.items()}
         else:
             rows.append({**base, "verdict": "not run in this preset"})
             continue
@@ -356,7 +346,7 @@ def evaluate_claims(config: dict) -> pd.DataFrame:
                      "differences": ", ".join(f"{d:+.3f}" for d in diffs), "verdict": v.verdict,
                      "seeds to decide": _sizing(v, margin),
                      "effect by training step": ", ".join(f"{k}: {d:+.3f}" for k, d in by_step.items()) or None})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), curves
 
 
 def claims_markdown(df: pd.DataFrame, preset: str) -> str:

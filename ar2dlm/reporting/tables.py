@@ -28,6 +28,14 @@ def headline_metric(config: dict, benchmark: str) -> str:
     return harness_metric(spec) if spec["kind"] == "harness" else BENCHMARK_KINDS[spec["kind"]].metrics[0]
 
 
+def headline_value(config: dict, benchmark: str, result: dict) -> float:
+    """An evaluation's headline metric: its best decoding setting's, for kinds with one row per setting."""
+    metric = headline_metric(config, benchmark)
+    if BENCHMARK_KINDS[config["eval"]["benchmarks"][benchmark]["kind"]].rows:
+        return max(r[metric] for r in result["rows"])
+    return result["metrics"][metric]
+
+
 def study_inputs(config: dict, study: str) -> list[str]:
     """Every evaluation JSON a study's table and figure read (what its rule depends on)."""
     spec = config["studies"][study]
