@@ -152,6 +152,7 @@ BAD_CONFIGS = [
     ({"armap": {"merges": {"ties": {"density": 1.5}}}}, "armap.merges.ties.density", "maximum"),
     ({"armap": {"merge_seeds": {"ties": [0, 4]}}}, "armap.merge_seeds.ties", "[4] not in armap.seeds"),
     ({"armap": {"merge_seeds": {"task_arithmetic": [0]}}}, "armap.merge_seeds.task_arithmetic", "every seed"),
+    ({"armap": {"dlm_dpo_seeds": [0, 4]}}, "armap.dlm_dpo_seeds", "[4] not in armap.seeds"),
     ({"studies": {"repr_align/code": {"run_seeds": {"ra_l1": [0]}}}}, "studies.repr_align/code.run_seeds",
      "'ra_l1' is not one of the study's runs"),
     ({"tracking": {"backend": "comet"}}, "tracking.backend", "is not one of"),
@@ -219,35 +220,49 @@ def test_runs_compose_method_defaults_with_their_own_keys():
     assert long["masking"] == "positional" and long["block_size"] == 8
 
 
-def test_smoke_extends_tiny_with_the_same_grid():
+def test_smoke_covers_the_tiny_and_tiny_full_grid():
+    """tiny_full extends tiny (every tiny run and study, settings kept unless tiny_full names them);
+    smoke extends tiny_full, so CI's smoke run passes through every run and study of both."""
     from ar2dlm.pipeline.config import merge_preset
     from ar2dlm.pipeline.runs import resolve_run
 
     tiny = merge_preset({"preset": "tiny"}, REPO / "config")
+    full = merge_preset({"preset": "tiny_full"}, REPO / "config")
     smoke = merge_preset({"preset": "smoke"}, REPO / "config")
-    assert set(smoke["runs"]) == set(tiny["runs"]) and set(smoke["studies"]) == set(tiny["studies"])
+    assert set(tiny["runs"]) < set(full["runs"]) and set(tiny["studies"]) < set(full["studies"])
+    assert all(resolve_run(full, r) == resolve_run(tiny, r) for r in tiny["runs"] if r != "ed_long")
+    assert full["models"] == tiny["models"] and full["data"] == tiny["data"]  # the same teacher and data
+    assert set(smoke["runs"]) == set(full["runs"]) and set(smoke["studies"]) == set(full["studies"])
     assert smoke["training"]["steps"] < tiny["training"]["steps"] and "extends" not in smoke
-    # a run with its own step budget in tiny must not keep it in smoke
+    # a run with its own step budget in tiny or tiny_full must not keep it in smoke
     assert all(resolve_run(smoke, r)["training"]["steps"] <= 2 * smoke["training"]["steps"] for r in smoke["runs"])
 
 
-def test_run_seeds_and_merge_seeds_narrow_the_jobs():
+def test_run_seeds_merge_seeds_and_dlm_dpo_seeds_narrow_the_jobs():
     from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.reporting.armap import armap_report_inputs
     from ar2dlm.reporting.claims import claim_inputs
     from ar2dlm.pipeline.jobs import armap_jobs, conversion_jobs, eval_jobs, study_seeds
 
-    cfg = merge_preset({"preset": "tiny"}, REPO / "config")
+    cfg = merge_preset({"preset": "tiny_full"}, REPO / "config")
     spec = cfg["studies"]["repr_align/code"]
-    assert study_seeds(cfg, spec, "scratch") == [0] and study_seeds(cfg, spec, "ra") == [0, 1, 2]
+    assert study_seeds(cfg, spec, "scratch") == [0] and study_seeds(cfg, spec, "ra") == list(range(6))
     assert {c.seed for c in conversion_jobs(cfg) if c.run == "scratch"} == {0}
     sampled = {(e.run, e.seed) for e in eval_jobs(cfg)[0] if e.benchmark == "synthetic_code_sampled"}
     assert ("scratch", 1) not in sampled and ("mdlm", 2) in sampled
     assert not any("/scratch/seed1/" in p for p in claim_inputs(cfg))  # claims pair ra and mdlm on their seeds
-    search = {(j.seed, j.merge) for j in armap_jobs(cfg).search}
-    assert {s for s, g in search if g == "task_arithmetic"} == {0, 1, 2}
-    assert {s for s, g in search if g in ("ties", "dare")} == {0}
+    jobs = armap_jobs(cfg)
+    search = {(j.run, j.seed, j.merge) for j in jobs.search}
+    assert {s for r, s, g in search if g == "task_arithmetic" and r == "combined"} == set(range(6))
+    assert {s for _, s, g in search if g in ("ties", "dare")} == {0}
+    assert {(j.run, j.seed) for j in jobs.dlm_dpo} == {(r, s) for r in ("mdlm", "combined") for s in (0, 1, 2)}
+    dpo_evals = {(e.run, e.seed) for e in jobs.evals if getattr(e, "name", "").startswith("dlm_dpo")}
+    assert dpo_evals == {(r, s) for r in ("mdlm", "combined") for s in (0, 1, 2)}
+    assert not any("/seed4/" in p and "dlm_dpo" in p for p in armap_report_inputs(cfg))
     cfg["armap"].pop("merge_seeds")
-    assert {j.seed for j in armap_jobs(cfg).search if j.merge == "ties"} == {0, 1, 2}
+    cfg["armap"].pop("dlm_dpo_seeds")
+    assert {j.seed for j in armap_jobs(cfg).search if j.merge == "ties"} == set(range(6))
+    assert {j.seed for j in armap_jobs(cfg).dlm_dpo} == set(range(6))
 
 
 def test_config_files_have_no_duplicate_keys():
@@ -332,23 +347,30 @@ def test_an_inconclusive_claim_is_sized_by_the_seeds_that_would_decide_it():
         assert n is not None and n > 3
         assert judge(differences(mean, sd, n), test).verdict == decided
         fewer = judge(differences(mean, sd, n - 1), test)
-        assert fewer.verdict == "inconclusive" and _sizing(fewer) == str(n)
+        assert fewer.verdict == "inconclusive" and _sizing(fewer, test) == str(n)
     assert seeds_to_decide(0.0, 0.1) is None and seeds_to_decide(1e-4, 0.3) is None
-    assert _sizing(judge([0.1, -0.1, 0.0], "greater")).startswith("> 1000")
-    assert _sizing(judge([0.2, 0.25, 0.3], "greater")) is None  # decided: nothing to size
+    assert _sizing(judge([0.1, -0.1, 0.0], "greater"), "greater").startswith("> 1000")
+    assert _sizing(judge([0.2, 0.25, 0.3], "greater"), "greater") is None  # decided: nothing to size
+    # with a margin, a greater claim whose effect is below it is decided once its interval lies below the margin
+    m, mean, sd = 0.0625, 0.01, 0.06
+    n = seeds_to_decide(mean, sd, m)
+    assert n is not None and n > 3 and n < seeds_to_decide(mean, sd)
+    assert judge(differences(mean, sd, n), "greater", margin=m).verdict.startswith("does not hold (no gain beyond")
+    fewer = judge(differences(mean, sd, n - 1), "greater", margin=m)
+    assert fewer.verdict == "inconclusive" and _sizing(fewer, "greater", m) == str(n)
 
 
 def test_effects_within_the_cross_machine_spread_decide_no_greater_claim():
-    """A tight interval above 0 holds only once the effect passes the margin; within it a 'greater'
-    claim is inconclusive (and unsized) and a 'not_worse' claim holds; m = 0 is the plain rule."""
-    from ar2dlm.reporting.claims import _sizing, judge
+    """A tight interval above 0 holds only once the effect passes the margin; an interval below the
+    margin does not hold (no gain worth a verdict); a 'not_worse' claim holds within the margin;
+    m = 0 is the plain rule."""
+    from ar2dlm.reporting.claims import judge
 
     small = [0.03, 0.031, 0.032]
     assert judge(small, "greater").verdict == "holds"
-    within = judge(small, "greater", margin=0.0625)
-    assert within.verdict.startswith("inconclusive (effect within the cross-machine spread")
-    assert _sizing(within, 0.0625).startswith("none: the effect +0.0310 is within")
+    assert judge(small, "greater", margin=0.0625).verdict.startswith("does not hold (no gain beyond the cross-machine")
     assert judge([0.1, 0.11, 0.12], "greater", margin=0.0625).verdict == "holds"
+    assert judge([0.04, 0.1, 0.16], "greater", margin=0.0625).verdict == "inconclusive"  # interval straddles m
     assert judge([-0.03, -0.031, -0.032], "not_worse").verdict == "does not hold"
     assert judge([-0.03, -0.031, -0.032], "not_worse", margin=0.0625).verdict == "holds"
     assert judge([-0.1, -0.11, -0.12], "not_worse", margin=0.0625).verdict == "does not hold"

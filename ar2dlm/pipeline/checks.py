@@ -364,6 +364,9 @@ def check_armap(config: dict) -> None:
                               "merge) are searched on every seed of armap.seeds")
         if not set(seeds) <= set(a["seeds"]):
             raise ConfigError(f"armap.merge_seeds.{m}", f"{sorted(set(seeds) - set(a['seeds']))} not in armap.seeds {a['seeds']}")
+    if not set(a.get("dlm_dpo_seeds", a["seeds"])) <= set(a["seeds"]):
+        raise ConfigError("armap.dlm_dpo_seeds", f"{sorted(set(a['dlm_dpo_seeds']) - set(a['seeds']))} not in "
+                          f"armap.seeds {a['seeds']}")
     for part in ("dpo", "dlm_dpo"):
         if a[part]["batch_size"] % a[part].get("grad_accum", 1):
             raise ConfigError(f"armap.{part}.grad_accum", f"{a[part]['grad_accum']} micro-batches do not divide "

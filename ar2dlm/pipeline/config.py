@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-PRESETS = ("smoke", "tiny", "paper", "paper_standin")
+PRESETS = ("smoke", "tiny", "tiny_full", "paper", "paper_standin")
 
 
 class ConfigError(ValueError):

@@ -226,6 +226,12 @@ def search_seeds(config: dict, merge: str) -> list[int]:
     return a.get("merge_seeds", {}).get(merge, a["seeds"])
 
 
+def dlm_dpo_seeds(config: dict) -> list[int]:
+    """Seeds on which the direct DLM DPO baseline runs: armap.dlm_dpo_seeds, else armap.seeds."""
+    a = config["armap"]
+    return a.get("dlm_dpo_seeds", a["seeds"])
+
+
 def armap_dlms(config: dict) -> list[Conversion]:
     """The DLMs that receive AR-MAP's vector: each of armap.runs on its models, at armap.seeds."""
     a = config["armap"]
@@ -239,18 +245,19 @@ def armap_jobs(config: dict) -> ArmapJobs:
     dlms = armap_dlms(config)
     models = sorted({d.model for d in dlms})
     per_domain = [DLMDomain(*d, pd) for d in dlms for pd in a["domains"]]
+    dpo_seeds = dlm_dpo_seeds(config)
     evals = []
     for pd, benches in a["evals"].items():
         for b in benches:
             evals += [TeacherDPOEval(b, m, pd) for m in models]
             if pd in a["domains"]:
                 evals += [DerivedEval(b, *d, layout.armap_name(pd, g)) for d in dlms for g in a["eval_merges"]]
-                evals += [DerivedEval(b, *d, layout.dlm_dpo_name(pd)) for d in dlms]
+                evals += [DerivedEval(b, *d, layout.dlm_dpo_name(pd)) for d in dlms if d.seed in dpo_seeds]
     return ArmapJobs(
         dpo=[TeacherDPO(m, pd) for m in models for pd in armap_domains(config)],
         spectra=per_domain,
         search=[GammaSearch(*j, g) for j in per_domain for g in a["merges"] if j.seed in search_seeds(config, g)],
-        dlm_dpo=per_domain,
+        dlm_dpo=[j for j in per_domain if j.seed in dpo_seeds],
         dlms=dlms,
         evals=evals,
     )

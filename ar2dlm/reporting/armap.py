@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..pipeline import layout
-from ..pipeline.jobs import armap_dlms, search_seeds
+from ..pipeline.jobs import armap_dlms, dlm_dpo_seeds, search_seeds
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
 from .figures import pyplot, save
@@ -16,55 +16,70 @@ from .tables import headline_metric, mean_sd
 
 def armap_report_inputs(config: dict) -> list[str]:
     a, out = config["armap"], []
+    dpo_seeds = dlm_dpo_seeds(config)
     for m, r, s in armap_dlms(config):
         out += [layout.gamma_curve(m, r, s, d, g) for d in a["domains"] for g in a["merges"] if s in search_seeds(config, g)]
         out += [layout.spectra_csv(m, r, s, d) for d in a["domains"]]
         step = resolve_run(config, r)["training"]["steps"]
         for d in a["domains"]:
             for b in a["evals"].get(d, []):
-                out += [layout.eval_path(b, m, r, s, step), layout.derived_eval_path(b, m, r, s, layout.dlm_dpo_name(d))]
+                out.append(layout.eval_path(b, m, r, s, step))
+                if s in dpo_seeds:
+                    out.append(layout.derived_eval_path(b, m, r, s, layout.dlm_dpo_name(d)))
                 out += [layout.derived_eval_path(b, m, r, s, layout.armap_name(d, g)) for g in a["eval_merges"]]
                 out += [layout.teacher_dpo_eval_path(b, m, d), layout.eval_path(b, m, "teacher")]
     return sorted(set(out))
 
 
+def _dlm_runs(config: dict) -> list[tuple[str, str]]:
+    """The (model, run) pairs receiving AR-MAP's vector, in armap.runs order."""
+    return list(dict.fromkeys((m, r) for m, r, _ in armap_dlms(config)))
+
+
 def main_table(config: dict) -> pd.DataFrame:
-    """Per domain and benchmark: the DLM, the DLM DPO'd directly, AR-MAP (each evaluated merge at
-    gamma_hat), the AR teacher and its DPO version; mean ± sd over seeds."""
+    """Per domain, benchmark and DLM run: the DLM, the DLM DPO'd directly, AR-MAP (each evaluated
+    merge at gamma_hat), the AR teacher and its DPO version; mean ± sd over seeds."""
     a, rows = config["armap"], []
+    dpo_seeds = dlm_dpo_seeds(config)
     for d in a["domains"]:
         for b in a["evals"].get(d, []):
             metric = headline_metric(config, b)
-            for m in sorted({m for m, _, _ in armap_dlms(config)}):
-                variants = {"DLM (base)": lambda r, s: layout.eval_path(b, m, r, s, resolve_run(config, r)["training"]["steps"]),
-                            "DLM DPO (direct)": lambda r, s: layout.derived_eval_path(b, m, r, s, layout.dlm_dpo_name(d))}
+            for m, run in _dlm_runs(config):
+                seeds = [s for mm, r, s in armap_dlms(config) if (mm, r) == (m, run)]
+                step = resolve_run(config, run)["training"]["steps"]
+                variants = {"DLM (base)": (lambda s: layout.eval_path(b, m, run, s, step), seeds),
+                            "DLM DPO (direct)": (lambda s: layout.derived_eval_path(b, m, run, s, layout.dlm_dpo_name(d)),
+                                                 [s for s in seeds if s in dpo_seeds])}
                 for g in a["eval_merges"]:
                     variants[f"AR-MAP {g} (gamma_hat)"] = \
-                        lambda r, s, g=g: layout.derived_eval_path(b, m, r, s, layout.armap_name(d, g))
-                for label, path in variants.items():
-                    vals = [read_json(path(r, s))["metrics"][metric] for mm, r, s in armap_dlms(config) if mm == m]
-                    rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "system": label,
+                        (lambda s, g=g: layout.derived_eval_path(b, m, run, s, layout.armap_name(d, g)), seeds)
+                for label, (path, on) in variants.items():
+                    vals = [read_json(path(s))["metrics"][metric] for s in on]
+                    rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "run": run, "system": label,
                                  "value": mean_sd(vals), "seeds": len(vals)})
+            for m in sorted({m for m, _ in _dlm_runs(config)}):
                 for label, path in (("AR teacher", layout.eval_path(b, m, "teacher")),
                                     ("AR teacher DPO", layout.teacher_dpo_eval_path(b, m, d))):
                     v = read_json(path)["metrics"][metric]
-                    rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "system": label,
-                                 "value": f"{v:.3f}", "seeds": 1})
+                    rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "run": "teacher",
+                                 "system": label, "value": f"{v:.3f}", "seeds": 1})
     return pd.DataFrame(rows)
 
 
 def merges_table(config: dict) -> pd.DataFrame:
-    """gamma_hat and held-out (test half) reward accuracy per merge and domain, over seeds."""
+    """gamma_hat and held-out (test half) reward accuracy per merge, domain and DLM run, over seeds."""
     a, rows = config["armap"], []
     for d in a["domains"]:
-        for g in a["merges"]:
-            curves = [read_json(layout.gamma_curve(m, r, s, d, g))
-                      for m, r, s in armap_dlms(config) if s in search_seeds(config, g)]
-            test = [{c["gamma"]: c["test_reward_accuracy"] for c in cv["curve"]} for cv in curves]
-            rows.append({"domain": d, "merge": g, "gamma_hat": mean_sd([c["gamma_hat"] for c in curves]),
-                         "test reward acc. at gamma_hat": mean_sd([t[c["gamma_hat"]] for t, c in zip(test, curves)]),
-                         "test reward acc. at gamma 1": mean_sd([t.get(1, float("nan")) for t in test]),
-                         "seeds": len(curves)})
+        for m, run in _dlm_runs(config):
+            for g in a["merges"]:
+                curves = [read_json(layout.gamma_curve(m, run, s, d, g))
+                          for mm, r, s in armap_dlms(config) if (mm, r) == (m, run) and s in search_seeds(config, g)]
+                test = [{c["gamma"]: c["test_reward_accuracy"] for c in cv["curve"]} for cv in curves]
+                rows.append({"domain": d, "model": m, "run": run, "merge": g,
+                             "gamma_hat": mean_sd([c["gamma_hat"] for c in curves]),
+                             "test reward acc. at gamma_hat": mean_sd([t[c["gamma_hat"]] for t, c in zip(test, curves)]),
+                             "test reward acc. at gamma 1": mean_sd([t.get(1, float("nan")) for t in test]),
+                             "seeds": len(curves)})
     return pd.DataFrame(rows)
 
 
@@ -74,12 +89,14 @@ def gamma_figure(config: dict, pdf_path, png_path) -> None:
     a = config["armap"]
     fig, axes = plt.subplots(1, len(a["domains"]), figsize=(4.2 * len(a["domains"]), 3.3), squeeze=False)
     for ax, d in zip(axes[0], a["domains"]):
-        for g in a["merges"]:
+        dlm_runs = _dlm_runs(config)
+        for (m, run), g in [(mr, g) for mr in dlm_runs for g in a["merges"]]:
             seeds = search_seeds(config, g)
-            rows = [c for m, r, s in armap_dlms(config) if s in seeds
-                    for c in read_json(layout.gamma_curve(m, r, s, d, g))["curve"]]
+            rows = [c for mm, r, s in armap_dlms(config) if (mm, r) == (m, run) and s in seeds
+                    for c in read_json(layout.gamma_curve(m, run, s, d, g))["curve"]]
             df = pd.DataFrame(rows).groupby("gamma")["test_reward_accuracy"].agg(["mean", "std"]).fillna(0).reset_index()
             label = g if seeds == a["seeds"] else f"{g} (seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))})"
+            label = f"{run}: {label}" if len(dlm_runs) > 1 else label
             ax.errorbar(df["gamma"], df["mean"], yerr=df["std"], marker="o", capsize=3, label=label)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_xlabel("gamma")

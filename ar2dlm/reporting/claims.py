@@ -10,9 +10,11 @@ the 95% t confidence interval of the mean difference. Verdicts (``VERDICT_RULE``
   difference is <= 0 with no spread, else inconclusive.
 - ``not_worse``: holds when the effect is >= 0, does not hold when the interval lies below 0, else
   inconclusive. ``near_best``: the same, a against the best other run of the study.
-- With a margin m (``claims.min_effect``: how far the same run's score moves between machines), an
-  effect within +-m is no verdict for ``greater`` (inconclusive), and "no worse" for ``not_worse``
-  and ``near_best`` (holds); the rules above apply beyond it. m = 0 is the plain rule.
+- With a margin m (``claims.min_effect``: how far the same run's score moves between machines, the
+  smallest effect worth a verdict), a ``greater`` claim holds only when its mean effect is also at
+  least m, and does not hold once its interval lies below m (no gain beyond the spread); for
+  ``not_worse`` and ``near_best`` an effect down to -m counts as no worse (holds). m = 0 is the
+  plain rule.
 - Fewer than 3 seeds: inconclusive.
 - Every compared run's mean below 0.05 or every one above 0.95 on the claim's metric (a score in
   [0, 1]): degenerate, never a verdict (two floors, or two ceilings, compared).
@@ -21,7 +23,7 @@ the 95% t confidence interval of the mean difference. Verdicts (``VERDICT_RULE``
   keep).
 
 An inconclusive claim is sized (``seeds_to_decide``): the fewest seeds whose interval, at the
-measured effect and per-seed spread, would exclude 0.
+measured effect and per-seed spread, would decide it (exclude 0, or lie below m).
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ VERDICT_RULE = (f"paired t-test on the per-seed differences (scipy.stats) and th
                 "interval of their mean. greater: holds when the interval lies above 0, does not hold when it lies "
                 "below 0 (or every difference is <= 0 with no spread); not_worse and near_best: hold when the mean "
                 f"difference is >= 0, do not hold when the interval lies below 0; otherwise, or with fewer than "
-                f"{MIN_SEEDS} seeds, inconclusive; a mean difference within the margin m (the spread between "
-                "machines) decides no greater claim and counts as no worse; every compared run's mean below "
+                f"{MIN_SEEDS} seeds, inconclusive; with a margin m (the spread between machines) a greater claim "
+                "holds only at a mean difference >= m and does not hold once its interval lies below m, and a mean "
+                "difference down to -m counts as no worse; every compared run's mean below "
                 f"{FLOOR} or above {CEILING} on the claim's metric: degenerate; the AR teacher itself below "
                 "the teacher floor (claims.teacher_floor, default 0.3) on it: uninformative")
 
@@ -59,7 +62,7 @@ class Claim:
     text: str
     study: str  # a key of studies, or "armap" (read from AR-MAP's gamma searches)
     a: str | tuple[str, ...] | None  # the run that should win: the first of these the study has (None: its first run)
-    b: str | None  # the run it is compared with, or "teacher"
+    b: str | tuple[str, ...] | None  # the run it is compared with (the first the study has), "teacher", or None: the best other run
     test: str  # greater, not_worse or near_best
     option: str | None = None  # lowest_threshold (throughput rows), equal_flops, gamma_hat or vs_gamma_one (AR-MAP)
 
@@ -77,11 +80,12 @@ CLAIMS = [
           "repr_align/data", "ra", "mdlm_stream", "greater"),
     Claim("on_policy_beats_off_policy", "OPDLM", "on-policy distillation beats off-policy", "opdlm/policy",
           ("opd", "opd_math"), "opd_off", "greater"),  # the paper preset compares both on MATH prompts
+    # the tiny preset compares shifted runs (no-shift runs there are still relearning their output mapping)
     Claim("block_beats_bidirectional", "Efficient-DLM", "block attention with clean context beats bidirectional",
-          "efficient_dlm/attention", "ed", "ed_bidir", "greater"),
+          "efficient_dlm/attention", ("ed", "ed_shift"), ("ed_bidir", "ed_shift_bidir"), "greater"),
     Claim("positional_masking_aggressive", "Efficient-DLM",
           "position-dependent masking beats uniform masking at the most aggressive threshold", "efficient_dlm/masking",
-          "ed", "ed_uniform", "greater", "lowest_threshold"),
+          ("ed", "ed_shift"), ("ed_uniform", "ed_shift_uniform"), "greater", "lowest_threshold"),
     Claim("no_shift_not_worse", "Efficient-DLM", "no shift is at least as good as shift", "efficient_dlm/shift", "ed",
           "ed_shift", "not_worse"),
     Claim("dlm_embeddings_beat_ar", "Efficient-DLM", "DLM embeddings beat the AR teacher's embeddings",
@@ -138,12 +142,12 @@ def verdict(diffs: list[float], test: str, margin: float = 0.0) -> Verdict:
     if n < MIN_SEEDS:
         return Verdict(f"inconclusive (fewer than {MIN_SEEDS} seeds)", mean, sd, ci, p)
     if test == "greater":
-        if abs(mean) < margin:
-            v = f"inconclusive (effect within the cross-machine spread +-{margin:g})"
-        elif ci[0] > 0:
-            v = "holds"
-        elif ci[1] < 0 or (sd == 0 and mean <= 0):
+        if ci[1] < 0 or (sd == 0 and mean <= 0):
             v = "does not hold"
+        elif margin > 0 and ci[1] < margin:
+            v = f"does not hold (no gain beyond the cross-machine spread: the interval lies below +{margin:g})"
+        elif ci[0] > 0 and mean >= margin:
+            v = "holds"
         else:
             v = "inconclusive"
     else:
@@ -154,18 +158,22 @@ def verdict(diffs: list[float], test: str, margin: float = 0.0) -> Verdict:
 MAX_SEEDS = 1000  # beyond this the effect is too small against its spread to size
 
 
-def seeds_to_decide(mean: float, sd: float, margin: float = 0.0) -> int | None:
-    """The fewest seeds n (>= MIN_SEEDS) at which the t interval of a mean difference ``mean`` with
-    per-seed spread ``sd`` excludes 0: t(0.975, n - 1) * sd / sqrt(n) < |mean|. None when no
-    number up to MAX_SEEDS would (no effect, one lost in its spread, or one within ``margin``);
-    MIN_SEEDS when there is no spread."""
+def seeds_to_decide(mean: float, sd: float, margin: float = 0.0, test: str = "greater") -> int | None:
+    """The fewest seeds n (>= MIN_SEEDS) at which a mean difference ``mean`` with per-seed spread
+    ``sd`` is decided: its t interval, of half-width t(0.975, n - 1) * sd / sqrt(n), excludes 0
+    (an effect beyond the margin) or, for a ``greater`` claim whose effect lies below the margin
+    m, lies below m (half-width < m - mean). None when no number up to MAX_SEEDS would (no
+    effect, or one lost in its spread); MIN_SEEDS when there is no spread."""
     from scipy import stats  # here, not at the top: the DAG build imports this module for claim_inputs
 
-    if math.isnan(mean) or math.isnan(sd) or mean == 0 or abs(mean) < margin:
+    if math.isnan(mean) or math.isnan(sd):
+        return None
+    target = margin - mean if test == "greater" and margin > 0 and mean < margin else abs(mean)
+    if target == 0:
         return None
     if sd == 0:
         return MIN_SEEDS
-    ok = lambda n: stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n) < abs(mean)  # noqa: E731
+    ok = lambda n: stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n) < target  # noqa: E731
     if not ok(MAX_SEEDS):
         return None
     lo, hi = MIN_SEEDS, MAX_SEEDS  # the half-width falls with n: bisect for the first n that decides
@@ -224,33 +232,42 @@ def _armap_differences(config: dict, option: str) -> tuple[list[float], str]:
     return diffs, measure
 
 
+def _first_present(names: str | tuple[str, ...], spec: dict) -> str:
+    names = (names,) if isinstance(names, str) else names
+    return next((r for r in names if r in spec["runs"]), names[0])
+
+
 def winner(c: Claim, spec: dict) -> str:
     """The run of the study that should win the claim."""
-    if c.a is None:
-        return spec["runs"][0]
-    names = (c.a,) if isinstance(c.a, str) else c.a
-    return next((r for r in names if r in spec["runs"]), names[0])
+    return spec["runs"][0] if c.a is None else _first_present(c.a, spec)
+
+
+def loser(c: Claim, spec: dict) -> str | None:
+    """The run the winner is compared with, "teacher", or None (the best other run of the study)."""
+    return c.b if c.b in (None, "teacher") else _first_present(c.b, spec)
 
 
 def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str, dict[str, float]]:
     """Per-seed differences, what they measure, and each compared run's mean."""
     bench, model = spec["evals"][0], study_models(config, spec)[0]
     metric = headline_metric(config, bench)
+    b = loser(c, spec)
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
     if c.b is None:  # against the best other run of the study (by its mean over the paired seeds)
         seeds = _paired_seeds(config, spec, spec["runs"])
         means = {r: [_value(config, bench, model, r, s, c.option) for s in seeds] for r in spec["runs"]}
-        best = max((r for r in spec["runs"] if r != c.a), key=lambda r: sum(means[r]))
-        return [x - y for x, y in zip(means[c.a], means[best])], \
-            f"{bench} {metric}: {c.a} minus the best other run ({best})", \
+        a = winner(c, spec)
+        best = max((r for r in spec["runs"] if r != a), key=lambda r: sum(means[r]))
+        return [x - y for x, y in zip(means[a], means[best])], \
+            f"{bench} {metric}: {a} minus the best other run ({best})", \
             {r: mean(v) for r, v in means.items()} if config["eval"]["benchmarks"][bench]["kind"] not in UNBOUNDED else None
     a = winner(c, spec)
-    seeds = _paired_seeds(config, spec, [a] + ([] if c.b == "teacher" else [c.b]))
+    seeds = _paired_seeds(config, spec, [a] + ([] if b == "teacher" else [b]))
     va = [_value(config, bench, model, a, s, c.option) for s in seeds]
-    vb = [_value(config, bench, model, c.b, None if c.b == "teacher" else s, c.option) for s in seeds]
+    vb = [_value(config, bench, model, b, None if b == "teacher" else s, c.option) for s in seeds]
     measure = f"{bench} {metric}" + (" at the lowest threshold" if c.option == "lowest_threshold" else "") + \
-        f": {a} minus {c.b}"
-    arms = {a: mean(va), c.b: mean(vb)} if config["eval"]["benchmarks"][bench]["kind"] not in UNBOUNDED else None
+        f": {a} minus {b}"
+    arms = {a: mean(va), b: mean(vb)} if config["eval"]["benchmarks"][bench]["kind"] not in UNBOUNDED else None
     return [x - y for x, y in zip(va, vb)], measure, arms
 
 
@@ -258,15 +275,15 @@ def effect_by_step(config: dict, c: Claim, spec: dict) -> dict[int, list[float]]
     """The claim's per-seed differences (a - b, paired seeds) at every training step both runs
     were evaluated at: the study evaluates all checkpoints (``checkpoints: all``) and the runs
     share a step budget. Empty otherwise."""
-    a = winner(c, spec)
-    if spec.get("checkpoints") != "all" or c.b in ("teacher", None):
+    a, b = winner(c, spec), loser(c, spec)
+    if spec.get("checkpoints") != "all" or b in ("teacher", None):
         return {}
     bench, model = spec["evals"][0], study_models(config, spec)[0]
     steps = {m.run: m.steps for m in study_members(config, c.study) if m.model == model}
-    seeds = _paired_seeds(config, spec, [a, c.b])
+    seeds = _paired_seeds(config, spec, [a, b])
     out = {}
-    for k in sorted(set(steps[a]) & set(steps[c.b])):
-        out[k] = [_value(config, bench, model, a, s, c.option, k) - _value(config, bench, model, c.b, s, c.option, k)
+    for k in sorted(set(steps[a]) & set(steps[b])):
+        out[k] = [_value(config, bench, model, a, s, c.option, k) - _value(config, bench, model, b, s, c.option, k)
                   for s in seeds]
     return out
 
@@ -300,15 +317,13 @@ def unequal_flops(config: dict, spec: dict, runs: list[str]) -> str | None:
     return None
 
 
-def _sizing(v: Verdict, margin: float = 0.0) -> str | None:
+def _sizing(v: Verdict, test: str, margin: float = 0.0) -> str | None:
     """For an inconclusive verdict, the seeds that would decide it at the measured effect and spread."""
     if not v.verdict.startswith("inconclusive"):
         return None
     if math.isnan(v.sd):
         return "unsized (one seed measures no spread)"
-    if abs(v.mean) < margin:
-        return f"none: the effect {v.mean:+.4f} is within the cross-machine spread +-{margin:g}"
-    n = seeds_to_decide(v.mean, v.sd, margin)
+    n = seeds_to_decide(v.mean, v.sd, margin, test)
     return f"> {MAX_SEEDS} (effect {v.mean:+.4f} lost in its spread)" if n is None else str(n)
 
 
@@ -321,8 +336,8 @@ def evaluate_claims(config: dict) -> tuple[pd.DataFrame, dict[str, dict[int, lis
         arms, by_step = None, {}  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
         if c.study == "armap":
             diffs, measure = _armap_differences(config, c.option)
-        elif c.study in config["studies"] and {winner(c, config["studies"][c.study]), c.b} - {"teacher", None} <= set(
-                config["studies"][c.study]["runs"]):
+        elif c.study in config["studies"] and {winner(c, config["studies"][c.study]), loser(c, config["studies"][c.study])} \
+                - {"teacher", None} <= set(config["studies"][c.study]["runs"]):
             diffs, measure, arms = _study_differences(config, c, config["studies"][c.study])
             if curve := effect_by_step(config, c, config["studies"][c.study]):
                 curves[c.id] = curve
@@ -334,7 +349,7 @@ def evaluate_claims(config: dict) -> tuple[pd.DataFrame, dict[str, dict[int, lis
         v = judge(diffs, c.test, arms, margin)
         # no verdict where the comparison cannot decide it; the most basic reason is the one given
         spec = config["studies"].get(c.study, {})
-        compared = spec.get("runs", []) if c.b is None else [winner(c, spec), c.b]
+        compared = spec.get("runs", []) if c.b is None else [winner(c, spec), loser(c, spec)]
         if c.option == "equal_flops" and (why := unequal_flops(config, spec, compared)):
             v = Verdict(why, v.mean, v.sd, v.ci, v.p)
         if arms is not None and c.b != "teacher" and (low := teacher_below_floor(config, c, spec)):
@@ -344,7 +359,7 @@ def evaluate_claims(config: dict) -> tuple[pd.DataFrame, dict[str, dict[int, lis
                      "spread (sd)": nan(v.sd), f"{CONFIDENCE:.0%} CI": None if math.isnan(v.ci[0]) else
                      f"[{v.ci[0]:+.4f}, {v.ci[1]:+.4f}]", "p (paired t)": nan(v.p),
                      "differences": ", ".join(f"{d:+.3f}" for d in diffs), "verdict": v.verdict,
-                     "seeds to decide": _sizing(v, margin),
+                     "seeds to decide": _sizing(v, c.test, margin),
                      "effect by training step": ", ".join(f"{k}: {d:+.3f}" for k, d in by_step.items()) or None})
     return pd.DataFrame(rows), curves
 
@@ -353,7 +368,8 @@ def claims_markdown(df: pd.DataFrame, preset: str) -> str:
     head = [f"# Claims of the four papers, tested on the {preset} preset", "",
             "Each row compares two runs of one study, paired by seed. Measured here at this preset's scale: a verdict "
             "says what these runs show, not what the papers found.", "", f"Verdict rule: {VERDICT_RULE}.", "",
-            "An inconclusive row's 'seeds to decide' is the fewest seeds whose interval would exclude 0 at its "
+            "An inconclusive row's 'seeds to decide' is the fewest seeds whose interval would decide it (exclude 0, "
+            "or lie below the margin) at its "
             "measured effect and per-seed spread. Where a study evaluates every checkpoint, 'effect by training step' "
             "gives the mean difference at each step; the verdict is read at the largest budget, the final step.", ""]
     return "\n".join(head + [df.to_markdown(index=False), ""])

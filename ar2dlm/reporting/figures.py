@@ -60,24 +60,38 @@ def metric_curve(ax, config: dict, study: str, data: list[Evaluated], *, against
     ax.set_ylabel(f"{first}: {metric}")
 
 
+SPEED_LABELS = {"tokens_per_s": "tokens / s", "tokens_per_step": "tokens per step",
+                "speedup": "speed-up over the AR teacher (tokens/s ratio, same tasks and batch)"}
+
+
 def speed_curve(ax, config: dict, study: str, data: list[Evaluated], *, xkey: str) -> None:
-    """Accuracy against decoding speed (tokens/s or tokens per step), one line per run and block
-    size over the decoding thresholds, the AR teacher as a star."""
+    """Accuracy against decoding speed (tokens/s, tokens per step, or ``speedup``: tokens/s over
+    the AR teacher's on the same tasks), one line per run and block size over the decoding
+    thresholds (each labelled), at each run's final step; the AR teacher as a star."""
     spec = config["studies"][study]
     first = spec["evals"][0]
     for model in study_models(config, spec):
+        teacher = read_json(layout.eval_path(first, model, "teacher"))["rows"][0]
         for r in spec["runs"]:
-            rows = [row for d in data if d.model == model and d.run == r and d.benchmark == first
+            final = max((d.step for d in data if d.model == model and d.run == r), default=None)
+            rows = [row for d in data if d.model == model and d.run == r and d.benchmark == first and d.step == final
                     for row in d.result["rows"]]
             if not rows:
                 continue
-            df = pd.DataFrame(rows).groupby(["threshold", "block_size"], dropna=False)[[xkey, "base_pass@1"]].mean()
+            df = pd.DataFrame(rows)
+            if xkey == "speedup":
+                df["speedup"] = df["tokens_per_s"] / teacher["tokens_per_s"]
+            df = df.groupby(["threshold", "block_size"], dropna=False)[[xkey, "base_pass@1"]].mean()
             for block, part in df.reset_index().groupby("block_size", dropna=False):
                 part = part.sort_values(xkey)
                 ax.plot(part[xkey], part["base_pass@1"], marker="o", label=f"{r} (block {int(block)})")
-        teacher = read_json(layout.eval_path(first, model, "teacher"))["rows"][0]
-        ax.scatter([teacher[xkey]], [teacher["base_pass@1"]], marker="*", s=120, color="black", label="AR teacher")
-    ax.set_xlabel("tokens / s" if xkey == "tokens_per_s" else "tokens per step")
+                if xkey == "speedup":
+                    for _, p in part.iterrows():
+                        ax.annotate(f"{p['threshold']:g}", (p[xkey], p["base_pass@1"]), fontsize=6,
+                                    textcoords="offset points", xytext=(3, 3))
+        tx = 1.0 if xkey == "speedup" else teacher[xkey]
+        ax.scatter([tx], [teacher["base_pass@1"]], marker="*", s=120, color="black", label="AR teacher")
+    ax.set_xlabel(SPEED_LABELS[xkey] + (" (labels: threshold)" if xkey == "speedup" else ""))
     ax.set_ylabel(f"{first}: base_pass@1")
 
 
@@ -85,7 +99,10 @@ def budget_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
     """Held-out NLL per token against the training tokens each run saw (its manifest)."""
     rows = []
     for d in data:
-        tokens = recipe_tokens(read_json(layout.conversion_manifest(d.model, d.run, d.seed)))
+        manifest = read_json(layout.conversion_manifest(d.model, d.run, d.seed))
+        # a checkpoint before the last (checkpoints: all) has seen its share of the run's own tokens
+        own = manifest["tokens"] * (1 - d.step / manifest["steps"])
+        tokens = recipe_tokens(manifest) - own
         for m, v in d.result["metrics"].items():
             if m.startswith("nll_per_token"):
                 rows.append({"run": d.run, "tokens": tokens, "metric": m, "y": v})
@@ -124,6 +141,7 @@ FIGURE_KINDS = {
     "steps": partial(metric_curve, against="steps"),
     "throughput": partial(speed_curve, xkey="tokens_per_s"),
     "tokens_per_step": partial(speed_curve, xkey="tokens_per_step"),
+    "speedup": partial(speed_curve, xkey="speedup"),
     "budget": budget_curve,
     "flops": flops_curve,
 }
