@@ -215,9 +215,11 @@ def test_runs_compose_method_defaults_with_their_own_keys():
     assert combo["align"]["lambda"] == 1 and combo["align"]["metric"] == "cos"
     assert combo["distill"]["on_policy"] is True and combo["distill"]["rollout_length"] == 32
     assert combo["training"]["steps"] == resolve_run(cfg, "opd")["training"]["steps"]
-    long = resolve_run(cfg, "ed_long")
-    assert long["training"]["steps"] == 2 * resolve_run(cfg, "ed")["training"]["steps"] and long["training"]["batch_size"] == cfg["training"]["batch_size"]
-    assert long["masking"] == "positional" and long["block_size"] == 8
+    full = merge_preset({"preset": "tiny_full"}, REPO / "config")
+    long = resolve_run(full, "ed_long")  # a run's own training keys over the preset's, the others kept
+    assert long["training"]["steps"] == 950 and long["training"]["checkpoint_every"] == 190
+    assert long["training"]["batch_size"] == full["training"]["batch_size"]
+    assert long["masking"] == "positional" and long["block_size"] == 8 and long["data"] == "stream"
 
 
 def test_smoke_covers_the_tiny_and_tiny_full_grid():
@@ -230,7 +232,7 @@ def test_smoke_covers_the_tiny_and_tiny_full_grid():
     full = merge_preset({"preset": "tiny_full"}, REPO / "config")
     smoke = merge_preset({"preset": "smoke"}, REPO / "config")
     assert set(tiny["runs"]) < set(full["runs"]) and set(tiny["studies"]) < set(full["studies"])
-    assert all(resolve_run(full, r) == resolve_run(tiny, r) for r in tiny["runs"] if r != "ed_long")
+    assert all(resolve_run(full, r) == resolve_run(tiny, r) for r in tiny["runs"])
     assert full["models"] == tiny["models"] and full["data"] == tiny["data"]  # the same teacher and data
     assert set(smoke["runs"]) == set(full["runs"]) and set(smoke["studies"]) == set(full["studies"])
     assert smoke["training"]["steps"] < tiny["training"]["steps"] and "extends" not in smoke
