@@ -250,8 +250,8 @@ def test_run_seeds_merge_seeds_and_dlm_dpo_seeds_narrow_the_jobs():
     spec = cfg["studies"]["repr_align/code"]
     assert study_seeds(cfg, spec, "scratch") == [0] and study_seeds(cfg, spec, "ra") == list(range(6))
     assert {c.seed for c in conversion_jobs(cfg) if c.run == "scratch"} == {0}
-    sampled = {(e.run, e.seed) for e in eval_jobs(cfg)[0] if e.benchmark == "synthetic_code_sampled"}
-    assert ("scratch", 1) not in sampled and ("mdlm", 2) in sampled
+    greedy = {(e.run, e.seed) for e in eval_jobs(cfg)[0] if e.benchmark == "synthetic_code"}
+    assert ("scratch", 1) not in greedy and ("scratch", 0) in greedy and ("mdlm", 5) in greedy
     assert not any("/scratch/seed1/" in p for p in claim_inputs(cfg))  # claims pair ra and mdlm on their seeds
     jobs = armap_jobs(cfg)
     search = {(j.run, j.seed, j.merge) for j in jobs.search}
