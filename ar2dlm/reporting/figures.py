@@ -61,7 +61,7 @@ def metric_curve(ax, config: dict, study: str, data: list[Evaluated], *, against
 
 
 SPEED_LABELS = {"tokens_per_s": "tokens / s", "tokens_per_step": "tokens per step",
-                "speedup": "speed-up over the AR teacher (tokens/s ratio, same tasks and batch)"}
+                "speedup": "tokens/s over the AR teacher's"}
 
 
 def speed_curve(ax, config: dict, study: str, data: list[Evaluated], *, xkey: str) -> None:
@@ -91,12 +91,13 @@ def speed_curve(ax, config: dict, study: str, data: list[Evaluated], *, xkey: st
                                     textcoords="offset points", xytext=(3, 3))
         tx = 1.0 if xkey == "speedup" else teacher[xkey]
         ax.scatter([tx], [teacher["base_pass@1"]], marker="*", s=120, color="black", label="AR teacher")
-    ax.set_xlabel(SPEED_LABELS[xkey] + (" (labels: threshold)" if xkey == "speedup" else ""))
+    ax.set_xlabel(SPEED_LABELS[xkey] + (" (point labels: threshold)" if xkey == "speedup" else ""))
     ax.set_ylabel(f"{first}: base_pass@1")
 
 
 def budget_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
-    """Held-out NLL per token against the training tokens each run saw (its manifest)."""
+    """Held-out NLL per token against the training tokens each run's checkpoint had seen (its
+    manifest; every checkpoint where the study evaluates them all), mean over seeds."""
     rows = []
     for d in data:
         manifest = read_json(layout.conversion_manifest(d.model, d.run, d.seed))
@@ -105,8 +106,8 @@ def budget_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
         tokens = recipe_tokens(manifest) - own
         for m, v in d.result["metrics"].items():
             if m.startswith("nll_per_token"):
-                rows.append({"run": d.run, "tokens": tokens, "metric": m, "y": v})
-    df = pd.DataFrame(rows).groupby(["metric", "run"]).mean().reset_index()
+                rows.append({"run": d.run, "step": d.step, "tokens": tokens, "metric": m, "y": v})
+    df = pd.DataFrame(rows).groupby(["metric", "run", "step"]).mean().reset_index()
     for m, part in df.groupby("metric"):
         part = part.sort_values("tokens")
         ax.plot(part["tokens"], part["y"], marker="o", label=m)
