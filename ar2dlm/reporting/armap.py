@@ -31,9 +31,12 @@ def armap_report_inputs(config: dict) -> list[str]:
     return sorted(set(out))
 
 
-def _dlm_runs(config: dict) -> list[tuple[str, str]]:
-    """The (model, run) pairs receiving AR-MAP's vector, in armap.runs order."""
-    return list(dict.fromkeys((m, r) for m, r, _ in armap_dlms(config)))
+def _dlm_seeds(config: dict) -> dict[tuple[str, str], list[int]]:
+    """The seeds of each (model, run) receiving AR-MAP's vector, in armap.runs order."""
+    out = {}
+    for m, r, s in armap_dlms(config):
+        out.setdefault((m, r), []).append(s)
+    return out
 
 
 def main_table(config: dict) -> pd.DataFrame:
@@ -44,8 +47,7 @@ def main_table(config: dict) -> pd.DataFrame:
     for d in a["domains"]:
         for b in a["evals"].get(d, []):
             metric = headline_metric(config, b)
-            for m, run in _dlm_runs(config):
-                seeds = [s for mm, r, s in armap_dlms(config) if (mm, r) == (m, run)]
+            for (m, run), seeds in _dlm_seeds(config).items():
                 step = resolve_run(config, run)["training"]["steps"]
                 variants = {"DLM (base)": (lambda s: layout.eval_path(b, m, run, s, step), seeds),
                             "DLM DPO (direct)": (lambda s: layout.derived_eval_path(b, m, run, s, layout.dlm_dpo_name(d)),
@@ -57,7 +59,7 @@ def main_table(config: dict) -> pd.DataFrame:
                     vals = [read_json(path(s))["metrics"][metric] for s in on]
                     rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "run": run, "system": label,
                                  "value": mean_sd(vals), "seeds": len(vals)})
-            for m in sorted({m for m, _ in _dlm_runs(config)}):
+            for m in sorted({m for m, _ in _dlm_seeds(config)}):
                 for label, path in (("AR teacher", layout.eval_path(b, m, "teacher")),
                                     ("AR teacher DPO", layout.teacher_dpo_eval_path(b, m, d))):
                     v = read_json(path)["metrics"][metric]
@@ -70,10 +72,9 @@ def merges_table(config: dict) -> pd.DataFrame:
     """gamma_hat and held-out (test half) reward accuracy per merge, domain and DLM run, over seeds."""
     a, rows = config["armap"], []
     for d in a["domains"]:
-        for m, run in _dlm_runs(config):
+        for (m, run), seeds in _dlm_seeds(config).items():
             for g in a["merges"]:
-                curves = [read_json(layout.gamma_curve(m, run, s, d, g))
-                          for mm, r, s in armap_dlms(config) if (mm, r) == (m, run) and s in search_seeds(config, g)]
+                curves = [read_json(layout.gamma_curve(m, run, s, d, g)) for s in seeds if s in search_seeds(config, g)]
                 test = [{c["gamma"]: c["test_reward_accuracy"] for c in cv["curve"]} for cv in curves]
                 rows.append({"domain": d, "model": m, "run": run, "merge": g,
                              "gamma_hat": mean_sd([c["gamma_hat"] for c in curves]),
@@ -89,14 +90,13 @@ def gamma_figure(config: dict, pdf_path, png_path) -> None:
     a = config["armap"]
     fig, axes = plt.subplots(1, len(a["domains"]), figsize=(4.2 * len(a["domains"]), 3.3), squeeze=False)
     for ax, d in zip(axes[0], a["domains"]):
-        dlm_runs = _dlm_runs(config)
-        for (m, run), g in [(mr, g) for mr in dlm_runs for g in a["merges"]]:
+        dlm_seeds = _dlm_seeds(config)
+        for ((m, run), run_seeds), g in [(ms, g) for ms in dlm_seeds.items() for g in a["merges"]]:
             seeds = search_seeds(config, g)
-            rows = [c for mm, r, s in armap_dlms(config) if (mm, r) == (m, run) and s in seeds
-                    for c in read_json(layout.gamma_curve(m, run, s, d, g))["curve"]]
+            rows = [c for s in run_seeds if s in seeds for c in read_json(layout.gamma_curve(m, run, s, d, g))["curve"]]
             df = pd.DataFrame(rows).groupby("gamma")["test_reward_accuracy"].agg(["mean", "std"]).fillna(0).reset_index()
             label = g if seeds == a["seeds"] else f"{g} (seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))})"
-            label = f"{run}: {label}" if len(dlm_runs) > 1 else label
+            label = f"{run}: {label}" if len(dlm_seeds) > 1 else label
             ax.errorbar(df["gamma"], df["mean"], yerr=df["std"], marker="o", capsize=3, label=label)
         ax.axvline(1.0, color="grey", lw=0.8, ls=":")
         ax.set_xlabel("gamma")

@@ -251,17 +251,15 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
     """Per-seed differences, what they measure, and each compared run's mean."""
     bench, model = spec["evals"][0], study_models(config, spec)[0]
     metric = headline_metric(config, bench)
-    b = loser(c, spec)
+    a, b = winner(c, spec), loser(c, spec)
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
-    if c.b is None:  # against the best other run of the study (by its mean over the paired seeds)
+    if b is None:  # against the best other run of the study (by its mean over the paired seeds)
         seeds = _paired_seeds(config, spec, spec["runs"])
         means = {r: [_value(config, bench, model, r, s, c.option) for s in seeds] for r in spec["runs"]}
-        a = winner(c, spec)
         best = max((r for r in spec["runs"] if r != a), key=lambda r: sum(means[r]))
         return [x - y for x, y in zip(means[a], means[best])], \
             f"{bench} {metric}: {a} minus the best other run ({best})", \
             {r: mean(v) for r, v in means.items()} if config["eval"]["benchmarks"][bench]["kind"] not in UNBOUNDED else None
-    a = winner(c, spec)
     seeds = _paired_seeds(config, spec, [a] + ([] if b == "teacher" else [b]))
     va = [_value(config, bench, model, a, s, c.option) for s in seeds]
     vb = [_value(config, bench, model, b, None if b == "teacher" else s, c.option) for s in seeds]
@@ -334,12 +332,12 @@ def evaluate_claims(config: dict) -> tuple[pd.DataFrame, dict[str, dict[int, lis
     for c in CLAIMS:
         base = {"id": c.id, "paper": c.paper, "claim": c.text, "study": c.study}
         arms, by_step = None, {}  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
+        spec = config["studies"].get(c.study, {})
         if c.study == "armap":
             diffs, measure = _armap_differences(config, c.option)
-        elif c.study in config["studies"] and {winner(c, config["studies"][c.study]), loser(c, config["studies"][c.study])} \
-                - {"teacher", None} <= set(config["studies"][c.study]["runs"]):
-            diffs, measure, arms = _study_differences(config, c, config["studies"][c.study])
-            if curve := effect_by_step(config, c, config["studies"][c.study]):
+        elif spec and {winner(c, spec), loser(c, spec)} - {"teacher", None} <= set(spec["runs"]):
+            diffs, measure, arms = _study_differences(config, c, spec)
+            if curve := effect_by_step(config, c, spec):
                 curves[c.id] = curve
             by_step = {k: sum(d) / len(d) for k, d in curve.items()}
         else:
@@ -348,7 +346,6 @@ def evaluate_claims(config: dict) -> tuple[pd.DataFrame, dict[str, dict[int, lis
         margin = config.get("claims", {}).get("min_effect", 0.0) if arms is not None else 0.0
         v = judge(diffs, c.test, arms, margin)
         # no verdict where the comparison cannot decide it; the most basic reason is the one given
-        spec = config["studies"].get(c.study, {})
         compared = spec.get("runs", []) if c.b is None else [winner(c, spec), loser(c, spec)]
         if c.option == "equal_flops" and (why := unequal_flops(config, spec, compared)):
             v = Verdict(why, v.mean, v.sd, v.ci, v.p)
