@@ -97,7 +97,8 @@ def speed_curve(ax, config: dict, study: str, data: list[Evaluated], *, xkey: st
 
 def budget_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
     """Held-out NLL per token against the training tokens each run's checkpoint had seen (its
-    manifest; every checkpoint where the study evaluates them all), mean over seeds."""
+    manifest; every checkpoint where the study evaluates them all), mean over seeds; one line per
+    run and metric."""
     rows = []
     for d in data:
         manifest = read_json(layout.conversion_manifest(d.model, d.run, d.seed))
@@ -108,9 +109,9 @@ def budget_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
             if m.startswith("nll_per_token"):
                 rows.append({"run": d.run, "step": d.step, "tokens": tokens, "metric": m, "y": v})
     df = pd.DataFrame(rows).groupby(["metric", "run", "step"]).mean().reset_index()
-    for m, part in df.groupby("metric"):
+    for (m, run), part in df.groupby(["metric", "run"]):
         part = part.sort_values("tokens")
-        ax.plot(part["tokens"], part["y"], marker="o", label=m)
+        ax.plot(part["tokens"], part["y"], marker="o", label=f"{run} {m}")
     ax.set_xscale("log")
     ax.set_xlabel("training tokens")
     ax.set_ylabel("held-out NLL per token (ELBO bound)")
