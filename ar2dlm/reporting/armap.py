@@ -74,7 +74,8 @@ def merges_table(config: dict) -> pd.DataFrame:
     for d in a["domains"]:
         for (m, run), seeds in _dlm_seeds(config).items():
             for g in a["merges"]:
-                curves = [read_json(layout.gamma_curve(m, run, s, d, g)) for s in seeds if s in search_seeds(config, g)]
+                searched = search_seeds(config, g)
+                curves = [read_json(layout.gamma_curve(m, run, s, d, g)) for s in seeds if s in searched]
                 test = [{c["gamma"]: c["test_reward_accuracy"] for c in cv["curve"]} for cv in curves]
                 rows.append({"domain": d, "model": m, "run": run, "merge": g,
                              "gamma_hat": mean_sd([c["gamma_hat"] for c in curves]),
@@ -89,8 +90,8 @@ def gamma_figure(config: dict, pdf_path, png_path) -> None:
 
     a = config["armap"]
     fig, axes = plt.subplots(1, len(a["domains"]), figsize=(4.2 * len(a["domains"]), 3.3), squeeze=False)
+    dlm_seeds = _dlm_seeds(config)
     for ax, d in zip(axes[0], a["domains"]):
-        dlm_seeds = _dlm_seeds(config)
         for ((m, run), run_seeds), g in [(ms, g) for ms in dlm_seeds.items() for g in a["merges"]]:
             seeds = search_seeds(config, g)
             rows = [c for s in run_seeds if s in seeds for c in read_json(layout.gamma_curve(m, run, s, d, g))["curve"]]
