@@ -17,15 +17,16 @@ from pathlib import Path
 LIBRARIES = ["ar2dlm", "torch", "transformers", "tokenizers", "datasets", "evalplus", "snakemake"]
 
 
-def library_versions() -> dict:
-    """Library versions, and the machine facts a CPU result depends on (``machine``)."""
+def library_versions(dtype: str | None = None) -> dict:
+    """Library versions, and the machine facts a CPU result depends on (``machine``), with the
+    dtype the job computed in (``dtype: auto`` resolved on this machine) when it has one."""
     out = {"python": platform.python_version()}
     for name in LIBRARIES:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = None
-    out["machine"] = machine()
+    out["machine"] = machine() if dtype is None else {**machine(), "dtype": dtype}
     return out
 
 

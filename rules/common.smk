@@ -20,7 +20,7 @@ except RuntimeError as exc:
     raise WorkflowError(str(exc)) from None
 
 from ar2dlm.pipeline import layout
-from ar2dlm.pipeline.checks import check_config
+from ar2dlm.pipeline.checks import check_config, emulated_bf16_warning
 from ar2dlm.pipeline.config import ConfigError, benchmark_settings, describe_schema_error, merge_preset
 from ar2dlm.pipeline.jobs import (armap_domains, armap_jobs, conversion_corpus, conversion_jobs, conversion_settings,
                                   eval_jobs, init_manifest, study_config, token_rows_source)
@@ -47,6 +47,8 @@ try:
     check_config(config)
 except ConfigError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
+if _warning := emulated_bf16_warning(config):
+    print(f"Warning: {_warning}", file=sys.stderr)
 PLANS = {}  # conversion launches planned for config["cluster"] (python -m ar2dlm.plan prints them)
 GPU_JOBS = {}  # evaluation and AR-MAP jobs planned for it (GPUs of a sharded full DPO)
 if config.get("cluster"):

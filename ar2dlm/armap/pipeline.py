@@ -47,7 +47,7 @@ def search(teacher_dir, dpo_dir, dlm_dir, eval_rows: list[dict], cfg: dict, merg
                           options=cfg["merges"][merge], beta=cfg["beta"], n_samples=cfg["elbo_samples"], seed=seed,
                           batch_size=cfg["batch_size"])
     result.update(dlm=str(dlm_dir), preference_model=str(dpo_dir), teacher=str(teacher_dir), seed=seed,
-                  wall_seconds=round(time.time() - t0, 1), versions=library_versions())
+                  wall_seconds=round(time.time() - t0, 1), versions=library_versions("fp32"))
     save_model(model, tok, out_model, {**info, "method": f"armap_{merge}", "base_model": str(dlm_dir),
                                        "preference_model": str(dpo_dir), "gamma": result["gamma_hat"],
                                        "versions": library_versions()})

@@ -16,11 +16,11 @@ from typing import Callable
 
 import yaml
 
-from ..core.models import load_conventions, load_model
+from ..core.models import load_conventions, load_model, resolve_device
+from ..core.precision import resolve_dtype, torch_dtype
 from ..pipeline import layout
 from ..provenance import code_commit, library_versions, read_jsonl, settings_hash, write_jsonl
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # torch dtype names; torch loads with the model, not at DAG build
 LOCAL_TASKS = Path(__file__).parent / "tasks"  # lm-eval task configs kept here, built from the maths suite
 LOCAL_HARNESS_TASKS = tuple(sorted(p.stem for p in LOCAL_TASKS.glob("*.yaml")))
 LOCAL_EMBEDDING_TASKS = ("docstring_retrieval",)  # built here from the code suite; other names are mteb's
@@ -55,11 +55,15 @@ def cached_harness_task(name: str) -> dict:
     return cfg
 
 
+def _dtype_name(spec) -> str:
+    """fp32 or bf16: the evaluated weights' dtype on the device the job runs on (``auto``: bf16
+    where that device computes it natively)."""
+    return resolve_dtype(spec.get("dtype", "fp32"), resolve_device(spec.get("device", "auto")))
+
+
 def _dtype(spec):
     """The torch dtype of the evaluated weights (torch loads with the model, not at DAG build)."""
-    import torch
-
-    return getattr(torch, DTYPES[spec.get("dtype", "fp32")])
+    return torch_dtype(_dtype_name(spec))
 
 
 def _load(model_dir, spec):
@@ -201,7 +205,7 @@ def run_benchmark(name: str, spec: dict, model_dir: str | Path, inputs: dict, *,
     return {"benchmark": name, "kind": kind, "model_dir": str(model_dir), "method": info.get("method"),
             "conventions": {k: info.get(k) for k in ("attention", "shift", "block_size")},
             "seed": seed, "settings": spec, **result, "wall_seconds": round(time.time() - t0, 2),
-            "versions": library_versions(),
+            "versions": library_versions(_dtype_name(spec)),
             # which code and settings made this number: the model's recorded settings (a run's
             # resolved config, a DPO's or a merge's) and the benchmark's
             "provenance": {"commit": code_commit(), "model_settings_sha256": settings_hash(info.get("run_settings", info)),

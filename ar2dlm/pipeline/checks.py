@@ -121,6 +121,32 @@ def check_config(config: dict) -> None:
                           f"this environment lacks (pip install {package})")
 
 
+def bf16_keys(config: dict) -> list[str]:
+    """The config keys that ask for bf16 explicitly (``auto`` resolves per job)."""
+    keys = [f"models.{n}.pretrain.dtype" for n, m in config["models"].items()
+            if m.get("pretrain", {}).get("dtype") == "bf16"]
+    keys += ["training.dtype"] if config["training"]["dtype"] == "bf16" else []
+    keys += [f"runs.{n}.training.dtype" for n, r in config["runs"].items() if r.get("training", {}).get("dtype") == "bf16"]
+    keys += ["eval.decoding.dtype"] if config["eval"]["decoding"]["dtype"] == "bf16" else []
+    keys += [f"eval.benchmarks.{n}.dtype" for n, b in config["eval"]["benchmarks"].items() if b.get("dtype") == "bf16"]
+    return keys
+
+
+def emulated_bf16_warning(config: dict) -> str | None:
+    """A warning when the config asks for bf16 explicitly and its jobs run on this machine's CPU
+    (no ``cluster:``: the presets whose jobs run where Snakemake runs), which has no native bf16."""
+    from ..core.precision import SLOWDOWN, cpu_native_bf16, cuda_native_bf16
+    from ..provenance import machine
+
+    keys = bf16_keys(config)
+    if not keys or config.get("cluster") or cuda_native_bf16() or cpu_native_bf16():
+        return None
+    facts = machine()
+    return (f"{', '.join(keys)} ask(s) for bf16, which this CPU ({facts['cpu']}, {facts['kernels']} kernels, no "
+            f"AVX512_BF16 or AMX) emulates about {SLOWDOWN}x slower than fp32; the jobs still run in bf16. "
+            "Set dtype: auto to compute in fp32 here and in bf16 where the hardware has it.")
+
+
 def check_bench(config: dict) -> None:
     bench = config["bench"]
     if bench["model"] not in config["models"]:

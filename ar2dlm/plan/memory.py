@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.precision import planned_dtype
+
 GB = 1e9
 FP32 = 4
 USABLE = 0.9  # of a GPU's memory: the rest for the CUDA context, NCCL buffers and allocator fragmentation
@@ -133,7 +135,7 @@ def estimate(shape: Shape, run: dict, launch: Launch) -> dict[str, float]:
     """Peak bytes per GPU by part: parameters, gradients, optimizer, teacher, activations, logits,
     masks (and rollout: an on-policy run's decoding, which peaks apart from the training step)."""
     tr = run["training"]
-    act = 2 if tr["dtype"] == "bf16" and launch.cuda else FP32  # autocast computes in bf16 on GPUs
+    act = 2 if planned_dtype(tr["dtype"], launch.cuda) == "bf16" else FP32  # autocast computes in bf16 on GPUs
     g = launch.gpus
     sharded = g > 1
     frozen = set(run.get("freeze") or [])
@@ -170,7 +172,7 @@ def estimate(shape: Shape, run: dict, launch: Launch) -> dict[str, float]:
     teacher = 0.0
     distill = run.get("distill") is not None
     if distill or align:
-        t_bytes = 2 if launch.cuda and tr["dtype"] == "bf16" else FP32
+        t_bytes = 2 if launch.cuda and planned_dtype(tr["dtype"], launch.cuda) == "bf16" else FP32
         weights = shape.params if distill else shape.decoder_params
         teacher = t_bytes * weights / (g if launch.shard_teacher else 1)
         if launch.shard_teacher:

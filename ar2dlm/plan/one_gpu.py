@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.precision import planned_dtype
 from .memory import FP32, GB, USABLE, Shape, model_shape
 
 PROMPT_TOKENS = 1024
@@ -29,7 +30,7 @@ BF16 = 2
 
 
 def _bytes(dtype: str) -> int:
-    return BF16 if dtype == "bf16" else FP32
+    return BF16 if planned_dtype(dtype, cuda=True) == "bf16" else FP32
 
 
 def layer_transient(shape: Shape, tokens: int, act: int) -> float:

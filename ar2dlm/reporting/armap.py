@@ -11,7 +11,7 @@ from ..pipeline.jobs import armap_dlms, dlm_dpo_seeds, search_seeds
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
 from .figures import pyplot, save
-from .tables import headline_metric, mean_sd
+from .tables import headline_metric, machine_note, mean_sd
 
 
 def armap_report_inputs(config: dict) -> list[str]:
@@ -29,6 +29,12 @@ def armap_report_inputs(config: dict) -> list[str]:
                 out += [layout.derived_eval_path(b, m, r, s, layout.armap_name(d, g)) for g in a["eval_merges"]]
                 out += [layout.teacher_dpo_eval_path(b, m, d), layout.eval_path(b, m, "teacher")]
     return sorted(set(out))
+
+
+def armap_machines(config: dict) -> str:
+    """Where AR-MAP's numbers were computed (see ``tables.machine_note``): its evaluations and gamma searches."""
+    return machine_note([("gamma search" if path.endswith("gamma.json") else "evaluation", read_json(path))
+                         for path in armap_report_inputs(config) if path.endswith(".json")])
 
 
 def _dlm_seeds(config: dict) -> dict[tuple[str, str], list[int]]:

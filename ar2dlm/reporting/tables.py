@@ -80,7 +80,7 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
     spec = config["studies"][study]
     benches = config["eval"]["benchmarks"]
     members = study_members(config, study)
-    rows, commits = [], set()
+    rows, commits, machines = [], set(), []
     for model in study_models(config, spec):
         for m in [m for m in members if m.model == model] + [None]:
             run, seeds = ("teacher", [None]) if m is None else (m.run, m.seeds)
@@ -93,6 +93,7 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
                 results = [read_json(layout.eval_path(e, model, run, s, None if m is None else m.final_step))
                            for s in seeds]
                 commits |= {r.get("provenance", {}).get("commit", "unrecorded") for r in results}
+                machines += [("evaluation", r) for r in results]
                 if kind.rows:  # one row per decoding setting: the most accurate one
                     metric = kind.metrics[0]
                     best = [max(res["rows"], key=lambda x: x.get(metric, 0)) for res in results]
@@ -104,12 +105,14 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
                     if vals:
                         row[f"{e}: {metric}"] = mean_sd(vals)
             if m is not None:
-                row.update(training_columns([layout.conversion_manifest(model, run, s) for s in seeds],
-                                            speed=bool(spec.get("training_columns"))))
+                manifests = [layout.conversion_manifest(model, run, s) for s in seeds]
+                row.update(training_columns(manifests, speed=bool(spec.get("training_columns"))))
+                machines += [("training", read_json(f)) for f in manifests]
             row["seeds"] = "-" if m is None else ", ".join(map(str, seeds))
             rows.append(row)
     context = {"study": study, "preset": config["preset"], "models": study_models(config, spec),
-               "seeds": sorted({s for m in members for s in m.seeds}), "eval_commits": commits}
+               "seeds": sorted({s for m in members for s in m.seeds}), "eval_commits": commits,
+               "machines": machine_note(machines)}
     return pd.DataFrame(rows), context
 
 
@@ -126,12 +129,28 @@ def study_header(context: dict) -> str:
             "over seeds at each run's final checkpoint; the AR teacher under the same harness.")
 
 
-def provenance_footer(eval_commits: set[str] | None = None, settings: dict | None = None) -> str:
-    """Which code made a table, which made its numbers, and (``settings``) a hash of the settings
-    it reads; each evaluation JSON records its own commit and settings hashes."""
+def machine_note(results: list[tuple[str, dict]]) -> str:
+    """Where a table's numbers were computed, from the machine facts each (role, result) records:
+    ``AMD EPYC (AVX2 kernels): training fp32, evaluation fp32`` (``dtype: auto`` resolved there)."""
+    seen: dict[str, dict[str, set]] = {}
+    for role, result in results:
+        m = result.get("versions", {}).get("machine") or {}
+        where = m.get("cuda") or f"{m.get('cpu', 'unrecorded CPU')} ({m.get('kernels', 'unrecorded')} kernels)"
+        seen.setdefault(where, {}).setdefault(role, set()).add(m.get("dtype", "dtype unrecorded"))
+    return "; ".join(f"{where}: " + ", ".join(f"{role} {'/'.join(sorted(d))}" for role, d in roles.items())
+                     for where, roles in seen.items())
+
+
+def provenance_footer(eval_commits: set[str] | None = None, settings: dict | None = None,
+                      machines: str | None = None) -> str:
+    """Which code made a table, which made its numbers, where they were computed and in which
+    dtype (``machines``), and (``settings``) a hash of the settings it reads; each evaluation JSON
+    records its own commit and settings hashes."""
     parts = [f"Table made at commit {code_commit()}"]
     if eval_commits:
         parts.append(f"its evaluations at {', '.join(sorted(eval_commits))}")
+    if machines:
+        parts.append(f"computed on {machines}")
     if settings is not None:
         parts.append(f"settings sha256 {settings_hash(settings)}")
     return "; ".join(parts) + "."

@@ -55,7 +55,7 @@ def pretrain(model, train_rows: torch.Tensor, *, steps: int, batch_size: int, lr
             cursor += batch_size
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, steps, lr, warmup_steps)
-            with autocast(dtype):
+            with autocast(dtype, "cpu"):
                 logits = model(input_ids=batch[:, :-1]).logits
             loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1))
             if not torch.isfinite(loss):

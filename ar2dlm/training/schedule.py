@@ -17,7 +17,11 @@ def lr_at(step: int, total: int, peak: float, warmup: int, floor: float = 0.1) -
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def autocast(dtype: str):
+def autocast(dtype: str, device_type: str):
+    """bf16 autocast on ``device_type`` ("cpu" or "cuda") for a resolved ``dtype`` (see
+    ``core.precision``), no autocast for fp32."""
+    if dtype not in ("fp32", "bf16"):
+        raise ValueError(f"autocast takes a resolved dtype (fp32 or bf16), not {dtype!r}")
     if dtype == "bf16":
-        return torch.autocast("cpu" if not torch.cuda.is_available() else "cuda", dtype=torch.bfloat16)
+        return torch.autocast(device_type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -4,7 +4,7 @@ FSDP2 rather than accelerate: the trainer is a plain PyTorch loop whose randomne
 objectives are its own, and FSDP2 shards it with two calls and no launcher or config file of its
 own; it runs on CPU with the gloo backend, so the sharded path is tested on the machines the tests
 run on. Each decoder layer is one FSDP unit and the root holds the rest (embeddings, tied LM head,
-final norm); parameters are gathered in ``training.dtype`` (bf16 or fp32), gradients reduced in
+final norm); parameters are gathered in the run's resolved dtype (bf16 or fp32), gradients reduced in
 fp32, and the optimizer keeps fp32 state on the fp32 shards.
 
 Checkpoints: the trainer state (model and optimizer) goes through ``torch.distributed.checkpoint``,
@@ -24,14 +24,14 @@ def decoder_layers(model) -> list:
     return list(getattr(model, "model", model).layers)
 
 
-def shard(model, training: dict) -> None:
+def shard(model, dtype: str) -> None:
     """Shard ``model`` in place across the process group: one FSDP unit per decoder layer, then the
     root. A decoder without its LM head (a teacher read for hidden states) keeps its class:
     transformers records hidden states by the model's class name, which ``fully_shard`` on the root
     would change, so its embeddings are a unit of their own instead."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if training["dtype"] == "bf16" else torch.float32,
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if dtype == "bf16" else torch.float32,
                                   reduce_dtype=torch.float32)
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=policy)

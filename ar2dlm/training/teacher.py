@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from ..core.models import build_qwen3, resolve_pretrained, save_model
+from ..core.precision import resolve_dtype
 from ..provenance import library_versions, read_jsonl
 from ..data.tokenization import load_pretrained_tokenizer
 
@@ -28,16 +29,17 @@ def pretrain_teacher(model_cfg: dict, tokenizer_dir, corpus_path, out_dir, loss_
     arch, pre = dict(model_cfg["arch"], init_seed=seed), model_cfg["pretrain"]
     model = build_qwen3(arch, tok)
     rows = pack_documents(read_jsonl(corpus_path), tok, pre["seq_len"], seed)
+    dtype = resolve_dtype(pre["dtype"], "cpu")  # pretraining runs on the CPU
     summary = pretrain(model, rows, steps=pre["steps"], batch_size=pre["batch_size"], lr=pre["lr"],
                        warmup_steps=pre["warmup_steps"], weight_decay=pre["weight_decay"], grad_clip=pre["grad_clip"],
-                       dtype=pre["dtype"], seed=seed, log_path=loss_log, log_every=pre["log_every"])
+                       dtype=dtype, seed=seed, log_path=loss_log, log_every=pre["log_every"])
     info = {
         **ar_conventions(tok),
         "method": "ar_pretrain", "preset": preset, "seed": seed,
         "parameters": sum(p.numel() for p in model.parameters()),
         "arch": model_cfg["arch"], "pretrain": pre,
         "data": {"corpus": str(corpus_path), "corpus_tokens": int(rows.numel()), **summary},
-        "versions": library_versions(),
+        "versions": library_versions(dtype),
     }
     save_model(model, tok, out_dir, info)
     return info

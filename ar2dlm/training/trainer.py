@@ -30,6 +30,7 @@ from tqdm import tqdm
 from ..core.attention import set_training_attention
 from ..core.conventions import Conventions
 from ..core.models import CheckpointError, file_sha256, load_conventions, save_model, verify_weights
+from ..core.precision import resolve_dtype
 from ..pipeline.layout import checkpoint_dir, checkpoint_dirs, final_checkpoint
 from ..provenance import library_versions, read_json, read_jsonl, write_json
 from ..data.token_rows import TokenRows, document_rows
@@ -215,7 +216,8 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(teacher_dir)), dtype=torch.float32)
     set_training_attention(model, device)
-    teacher = load_teacher(teacher_dir, objective, tr["dtype"], device)
+    dtype = resolve_dtype(tr["dtype"], device)  # auto: bf16 where the device computes it natively
+    teacher = load_teacher(teacher_dir, objective, dtype, device)
     frozen = freeze(model, run["freeze"])
     objective.count_parameters(model, teacher)  # before sharding: the FLOP count's parameter counts
     if launch.get("activation_checkpointing", tr.get("activation_checkpointing")):  # recompute each layer in backward
@@ -231,9 +233,9 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         set_aside_corrupt(out_dir)
     barrier(world)
     if world > 1:  # FSDP2: each rank holds a shard of the parameters, gradients and optimizer state
-        shard(model, tr)
+        shard(model, dtype)
         if teacher is not None and launch.get("shard_teacher"):
-            shard(teacher, tr)
+            shard(teacher, dtype)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=tr["lr"], weight_decay=tr["weight_decay"], betas=(0.9, 0.95))
     done = resumable_steps(out_dir)
@@ -247,7 +249,6 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
     if rank == 0:  # keep the log lines up to the resumed step only
         lines = log_path.read_text().splitlines() if log_path.exists() else []
         log_path.write_text("".join(l + "\n" for l in lines if json.loads(l)["step"] < start))
-    dtype = tr["dtype"]
     t_run = time.time()
     bar = tqdm(range(start, tr["steps"]), desc=f"{run['name']} seed {seed}", mininterval=5, disable=rank != 0)
     tracking = tracking or {"backend": "none"}
@@ -269,7 +270,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         flops = torch.zeros(len(FLOP_PARTS), dtype=torch.float64, device=device)  # this process's share of the step
         for k in range(tr["grad_accum"]):
             mb = share(next(loader), rank, world, step * tr["grad_accum"] + k).to(device)
-            with autocast(dtype):
+            with autocast(dtype, device.type):
                 terms = objective.terms(model, teacher, mb, step, gen)
             loss = sum(terms.values()) / tr["grad_accum"]
             if not all_finite(loss, world):
@@ -305,7 +306,7 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             save_checkpoint(model, opt, tok, gen.get_state(), out_dir, step + 1, conv, settings if rank == 0 else None, {
                 "method": run["method"], "run": run["name"], "model": model_name, "preset": preset, "seed": seed,
                 "run_settings": {k: v for k, v in run.items() if k not in ("name",)},
-                "frozen_parameters": len(frozen), "versions": library_versions()}, tr, rank, world)
+                "frozen_parameters": len(frozen), "versions": library_versions(dtype)}, tr, rank, world)
             if stopped_at:
                 break
     if tracker is not None:
@@ -318,7 +319,8 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
             "checkpoints": checkpoint_steps(out_dir), "wall_seconds": round(time.time() - t_run, 1),
             "train_seconds": None if log is None else round(sum(r["step_s"] for r in log), 4),
             "tokens": None if log is None else sum(r["tokens"] for r in log),
-            "flops": None if flops is None else {**flops, "total": sum(flops.values())}, "stopped_at": stopped_at}
+            "flops": None if flops is None else {**flops, "total": sum(flops.values())}, "stopped_at": stopped_at,
+            "versions": library_versions(dtype)}
     if staged and log is not None:  # the whole recipe's compute: this stage and the stages before it
         info["init"] = {"run": init_info["run"], "manifest": str(init_from), "steps": init_info["steps"]}
         info["tokens_with_init"] = info["tokens"] + init_info.get("tokens_with_init", init_info["tokens"])
