@@ -165,6 +165,9 @@ BAD_CONFIGS = [
     ({"studies": {"repr_align/code": {"runs": ["ra", "mdlm", "ra"]}}}, "studies.repr_align/code.runs",
      "non-unique elements"),
     ({"armap": {"gamma": {"grid": [0, 1, 1, 2]}}}, "armap.gamma.grid", "non-unique elements"),
+    ({"runs": {"ed": {"training": {"grad_accum": 3}}}}, "runs.ed.training.grad_accum",
+     "run ed: 3 micro-batches do not divide batch_size 4"),
+    ({"training": {"grad_accum": 3}}, "training.grad_accum", "3 micro-batches do not divide batch_size 4"),
     ({"runs": {"ed": {"training": {"warmup_steps": 100, "steps": 100}}}}, "runs.ed.training.warmup_steps",
      "100 warm-up steps, not fewer than the run's 100 steps"),
     ({"eval": {"benchmarks": {"mine": {"kind": "code", "source": "path", "format": "evalplus", "dataset": "humaneval",
@@ -181,6 +184,13 @@ def test_bad_config_fails_naming_the_key(dry_run, override, key, words):
     assert f"config key '{key}'" in out, out[-2000:]
     assert words in out, out[-2000:]
     assert "rule " not in proc.stdout  # failed before any job was planned
+
+
+def test_micro_batches_that_split_over_no_planned_launch_fail_at_dag_build(dry_run):
+    proc = dry_run({"runs": {"ra": {"training": {"batch_size": 12, "grad_accum": 1}}}}, preset="paper")
+    out = proc.stderr + proc.stdout
+    assert proc.returncode != 0 and "config key 'runs.ra.training.grad_accum'" in out, out[-2000:]
+    assert "micro-batches of 12 rows" in out and "8, 16, 24" in out and "rule " not in proc.stdout
 
 
 def test_a_tracker_whose_package_is_missing_is_named_at_dag_build(dry_run):

