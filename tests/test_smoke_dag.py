@@ -158,7 +158,13 @@ def test_tables_figures_and_claims(smoke_run):
     assert freezing.loc["ra", "run settings sha256"] == evaluation["provenance"]["model_settings_sha256"]
     assert set(freezing["commit"]) == {code_commit()}
     freezing_md = (results / "tables" / "repr_align" / "freezing.md").read_text()
-    assert f"Table made at commit {code_commit()}; its evaluations at {code_commit()}; settings sha256" in freezing_md
+    # where the numbers were computed, and in which dtype (the smoke preset: fp32 throughout, on any CPU)
+    from ar2dlm.provenance import machine
+
+    here = machine()
+    assert (f"Table made at commit {code_commit()}; its evaluations at {code_commit()}; computed on {here['cpu']} "
+            f"({here['kernels']} kernels): evaluation fp32, training fp32; settings sha256") in freezing_md
+    assert evaluation["versions"]["machine"]["dtype"] == "fp32"
 
 
 def test_html_report(smoke_run):

@@ -56,3 +56,13 @@ def torch_dtype(name: str):
     import torch
 
     return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
+
+
+if __name__ == "__main__":  # python -m ar2dlm.core.precision: which CPU class this machine is, what auto picks
+    from ..provenance import machine
+
+    facts = machine()
+    print(f"CPU: {facts['cpu']}; torch kernels: {facts['kernels']}; bf16 instructions: "
+          f"{', '.join(facts['bf16_instructions']) or 'none'}; CUDA: {facts['cuda'] or 'none'}")
+    print(f"dtype: auto resolves to {resolve_dtype('auto', 'cpu')} on the CPU"
+          + (f" and {resolve_dtype('auto', 'cuda')} on the GPU" if facts["cuda"] else ""))
