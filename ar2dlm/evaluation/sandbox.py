@@ -22,10 +22,11 @@ Python evaluation, hence this module. Here:
   other installed package (or a future one) may carry answers a deny-list would miss; rather than
   a prepared minimal environment: binds cost nothing per program and follow whatever interpreter
   runs the evaluator;
-- the sandbox ends with its verdict: the evaluator kills its process group (both bubblewrap
-  launchers) and the PID namespace's init, which takes every process of the namespace with it,
-  and waits until they are dead; if the evaluator itself dies (SIGKILL included), its guard
-  (``sandbox_guard``, told of every sandbox as it starts and ends) kills what it left;
+- the sandbox ends with its verdict: the evaluator kills the PID namespace's init, which takes
+  every process of the namespace with it, each bubblewrap launcher reaps its child and exits, and
+  the evaluator reaps the outer one (the sandbox's process group is killed if a launcher hangs);
+  if the evaluator itself dies (SIGKILL included), its guard (``sandbox_guard``, told of every
+  sandbox as it starts and ends) kills what it left;
 - the evaluator only sends arguments and reads replies, decoded into exact builtin types with
   bounded size and depth (``sandbox_runner.decode``); the verdict is computed outside, by code the
   program never sees (``ar2dlm.evaluation.code``).
@@ -170,9 +171,7 @@ def bwrap_command(limits: dict) -> list[str]:
         if setpriv is None:
             raise SandboxUnavailable("the sandbox drops root with `setpriv` (Debian/Ubuntu package util-linux), not found")
         outer += ["--ro-bind", setpriv, "/run/setpriv"]
-        # the change of user clears the parent-death signal bubblewrap set; --pdeathsig sets it again
-        drop = ["/run/setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups",
-                "--pdeathsig", "KILL"]
+        drop = ["/run/setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups"]
     inner = ["/run/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--size", str(limits["tmp_bytes"]),
              "--tmpfs", "/dev/shm", "--proc", "/proc", "--size", str(limits["tmp_bytes"]), "--tmpfs", "/tmp",
              *[arg for d in _interpreter_dirs() if d.startswith("/tmp/") for arg in ("--ro-bind", d, d)],  # a venv in /tmp

@@ -7,10 +7,11 @@ The parent-death signal does not carry the chain of a root evaluator's sandbox: 
 bubblewrap launcher, started as ``nobody`` under the outer one, survives the outer launcher's death
 (measured with bubblewrap 0.8), so an evaluator killed with SIGKILL would leave the launcher, the
 namespace's init and the program running for good. The evaluator instead tells the guard, over a
-pipe, each sandbox's processes as it starts (``+ PID...``) and ends it (``- PID``, the outer
-launcher's pid first); when the pipe closes, however the evaluator ended, the guard sends SIGKILL
-to every sandbox still listed (the namespace's init takes every process of the namespace with
-it), and exits.
+pipe, each sandbox's processes as it starts (``+ PID...``, the outer launcher first: it leads the
+sandbox's process group) and ends it (``- PID``); when the pipe closes, however the evaluator
+ended, the guard sends SIGKILL to the process group of every sandbox still listed (the inner
+launcher is in it even once the outer one has died; the namespace's init dies with it) and to its
+listed processes, and exits.
 """
 
 import os
@@ -29,9 +30,9 @@ def main():
         elif op == "-" and pids:
             live.pop(pids[0], None)
     for pids in live.values():
-        for pid in reversed(pids):  # the namespace's init first, the outer launcher last
+        for kill, pid in [(os.killpg, pids[0])] + [(os.kill, p) for p in reversed(pids)]:
             try:
-                os.kill(pid, signal.SIGKILL)
+                kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 
