@@ -29,10 +29,12 @@ def cpu_native_bf16() -> bool:
         torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
-def cuda_native_bf16() -> bool:
+def cuda_native_bf16(device=None) -> bool:
+    """Whether ``device`` (default: the current one) has bf16 arithmetic: compute capability 8.0
+    and newer (Ampere, Hopper). Asked of that device, so a rank never touches another's GPU."""
     import torch
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+    return torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] >= 8
 
 
 def resolve_dtype(requested: str, device) -> str:
@@ -43,7 +45,8 @@ def resolve_dtype(requested: str, device) -> str:
     if requested != "auto":
         return requested
     kind = getattr(device, "type", str(device).split(":")[0])
-    native = cuda_native_bf16() if kind == "cuda" else cpu_native_bf16() if kind == "cpu" else False
+    native = cuda_native_bf16(device if kind == "cuda" and not isinstance(device, str) else None) if kind == "cuda" \
+        else cpu_native_bf16() if kind == "cpu" else False
     return "bf16" if native else "fp32"
 
 

@@ -62,12 +62,11 @@ def recipe_tokens(manifest: dict) -> int:
     return manifest.get("tokens_with_init", manifest["tokens"])
 
 
-def training_columns(manifests: list[str], speed: bool) -> dict:
+def training_columns(runs: list[dict], speed: bool) -> dict:
     """Training tokens and training FLOPs as the trainer counted them (student forward and
     backward, the teacher's forward, on-policy rollouts: ``Objective._count``; a staged run's
     include its earlier stages), and with ``speed`` tokens/s of the run's own stage (summed step
-    time, across resumptions), mean +- sd over seeds."""
-    runs = [read_json(m) for m in manifests]
+    time, across resumptions), mean +- sd over seeds, from the runs' manifests."""
     out = {"training tokens": mean_sd([recipe_tokens(r) for r in runs], fmt=".0f"),
            "training FLOPs": mean_sd([recipe_flops(r) for r in runs], fmt=".3g")}
     if speed:
@@ -105,9 +104,9 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
                     if vals:
                         row[f"{e}: {metric}"] = mean_sd(vals)
             if m is not None:
-                manifests = [layout.conversion_manifest(model, run, s) for s in seeds]
+                manifests = [read_json(layout.conversion_manifest(model, run, s)) for s in seeds]
                 row.update(training_columns(manifests, speed=bool(spec.get("training_columns"))))
-                machines += [("training", read_json(f)) for f in manifests]
+                machines += [("training", r) for r in manifests]
             row["seeds"] = "-" if m is None else ", ".join(map(str, seeds))
             rows.append(row)
     context = {"study": study, "preset": config["preset"], "models": study_models(config, spec),

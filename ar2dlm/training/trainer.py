@@ -165,12 +165,18 @@ def load_teacher(teacher_dir, objective, dtype: str, device):
 
 
 def _distributed():
+    """(world size, rank, device) under torchrun. On GPUs each process owns ``cuda:LOCAL_RANK``
+    before any CUDA work (every later ``.to(device)``, FSDP2's placement and NCCL's communicator
+    use it), and the process group is bound to it."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device(f"cuda:{local}") if torch.cuda.is_available() else torch.device("cpu")
+    cuda = torch.cuda.is_available()
+    device = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
     return world, rank, device
 
 
