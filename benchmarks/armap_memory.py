@@ -12,7 +12,8 @@ peak resident set size (the high-water mark reset after the imports):
   computed before streaming (loading only: the SVDs add one matrix's workspace to either);
 - ``merge_streamed``: one gamma of the search, ``stream_merge`` at gamma 2 into the DLM loaded in
   fp32 (the peak counted above the loaded model, 2.4 GB);
-- ``merge_in_memory``: the same from state dicts (base, task vector and merged copy in fp32).
+- ``merge_in_memory``: the same from state dicts (base, task vector and merged copy in fp32), with
+  the whole-state-dict merges the tests check ``stream_merge`` against (``tests/reference_armap.py``).
 
 Prints a Markdown table; the streamed cases' bound is a few fp32 copies of the largest tensor (the
 151936 x 1024 embedding, 0.62 GB).
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path[:0] = [str(REPO / "benchmarks"), str(REPO)]  # train_memory, and tests/ for the in-memory references
 from train_memory import QWEN3_06B, random_qwen3, reset_peak_rss, status_bytes  # noqa: E402
 
 CASES = ("spectra_streamed", "spectra_in_memory", "merge_streamed", "merge_in_memory")
@@ -52,9 +53,10 @@ def build_folders(work: Path) -> None:
 def run_case(case: str, work: Path) -> dict:
     import torch
 
-    from ar2dlm.armap.merge import add_scaled, stream_merge, task_vector
+    from ar2dlm.armap.merge import stream_merge
     from ar2dlm.armap.spectra import streamed_spectra
     from ar2dlm.core.models import FolderWeights
+    from tests.reference_armap import add_scaled, task_vector
     from transformers import AutoModelForCausalLM
 
     ar, dpo, dlm = (FolderWeights(work / k) for k in ("teacher", "dpo", "dlm"))

@@ -15,6 +15,7 @@ rule dpo_teacher:
     params:
         cfg=json.dumps(config["armap"]["dpo"]),
         seed=config["seed"],
+        domains=preference_domains,
         launcher=lambda wc, resources: launcher(resources),
     resources:
         **dpo_resources("dpo_teacher"),
@@ -27,8 +28,8 @@ rule dpo_teacher:
         "../envs/ar2dlm.yaml"
     shell:
         "{params.launcher} -m ar2dlm.armap.dpo_run --model {input.model:q} --train {input.train:q} "
-        "--eval {input.eval:q} --settings {params.cfg:q} --seed {params.seed} --out {output:q} --job-log {log:q} "
-        "--threads {threads}"
+        "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {params.seed} "
+        "--out {output:q} --job-log {log:q} --threads {threads}"
 
 
 rule armap_spectra:
@@ -86,6 +87,7 @@ rule dlm_dpo:
         directory(layout.dlm_dpo_dir()),
     params:
         cfg=json.dumps(config["armap"]["dlm_dpo"]),
+        domains=preference_domains,
         launcher=lambda wc, resources: launcher(resources),
     resources:
         **dpo_resources("dlm_dpo"),
@@ -98,8 +100,8 @@ rule dlm_dpo:
         "../envs/ar2dlm.yaml"
     shell:
         "{params.launcher} -m ar2dlm.armap.dpo_run --manifest {input.manifest:q} --train {input.train:q} "
-        "--eval {input.eval:q} --settings {params.cfg:q} --seed {wildcards.seed} --out {output:q} --job-log {log:q} "
-        "--threads {threads}"
+        "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {wildcards.seed} "
+        "--out {output:q} --job-log {log:q} --threads {threads}"
 
 
 rule evaluate_armap_model:

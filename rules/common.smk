@@ -24,7 +24,7 @@ from ar2dlm.pipeline.checks import check_config, emulated_bf16_warning
 from ar2dlm.pipeline.config import ConfigError, benchmark_settings, describe_schema_error, merge_preset
 from ar2dlm.pipeline.jobs import (armap_domains, armap_jobs, conversion_corpus, conversion_jobs, conversion_settings,
                                   eval_jobs, init_manifest, study_config, token_rows_source)
-from ar2dlm.data.hub import MissingAssetError, is_cached, missing_message, require_token
+from ar2dlm.core.hub import MissingAssetError, is_cached, missing_message, require_token
 from ar2dlm.pipeline.assets import assets_for, hub_assets
 from ar2dlm.evaluation.suite import BENCHMARK_KINDS
 from ar2dlm.plan.memory import plan_jobs, unfit
@@ -158,14 +158,18 @@ def benchmark_inputs(wildcards):
     """The data a benchmark reads (its kind says which)."""
     require_cached(f"eval.benchmarks.{wildcards.benchmark}")
     spec = benchmark_settings(config, wildcards.benchmark)
-    return BENCHMARK_KINDS[spec["kind"]].inputs(wildcards.benchmark, spec)
+    return layout.benchmark_inputs(wildcards.benchmark, BENCHMARK_KINDS[spec["kind"]].reads(spec))
+
+
+def preference_domains(wildcards):
+    """A preference domain, or every searched domain for 'all'."""
+    return config["armap"]["domains"] if wildcards.pdomain == "all" else [wildcards.pdomain]
 
 
 def preference_files(split):
-    """The preference pairs of a domain, or of every searched domain for 'all'."""
+    """The preference pairs of ``preference_domains``, in their order."""
     def inputs(wildcards):
-        doms = config["armap"]["domains"] if wildcards.pdomain == "all" else [wildcards.pdomain]
-        return [layout.preference_file(d, split) for d in doms]
+        return [layout.preference_file(d, split) for d in preference_domains(wildcards)]
     return inputs
 
 

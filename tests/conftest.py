@@ -23,10 +23,10 @@ def run_snakemake(args, workdir, timeout=600, hub_cache=None, **env):
 @pytest.fixture(scope="session")
 def standin_hub(tmp_path_factory):
     """A hub cache holding the paper preset's models and data sets as stand-ins (seconds)."""
-    from ar2dlm.data.standins import write_standin_hub
+    from ar2dlm.pipeline.standin_hub import write_paper_standin_hub
 
     cache = tmp_path_factory.mktemp("standin_hub")
-    write_standin_hub(cache)
+    write_paper_standin_hub(cache)
     return cache
 
 

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from ar2dlm.armap.merge import add_scaled, dare, merged_vector, stream_merge, task_vector, ties, trim
-from ar2dlm.armap.spectra import matrix_stats, spectra_table, streamed_spectra
+from ar2dlm.armap.merge import stream_merge
+from ar2dlm.armap.spectra import matrix_stats, streamed_spectra
 from ar2dlm.core.models import CheckpointError, FolderWeights, build_qwen3, load_model, save_model
 from ar2dlm.training.teacher import ar_conventions
+from tests.reference_armap import add_scaled, dare, merged_vector, spectra_table, task_vector, ties, trim
 
 ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
         "num_key_value_heads": 1, "max_position_embeddings": 256}
@@ -205,6 +206,17 @@ def test_folder_weights_name_missing_and_mismatched_weights(models, smoke_tokeni
         FolderWeights(models / "ar").check_matches(FolderWeights(tmp_path / "wide"))
 
 
+def test_a_preference_job_names_the_domain_of_each_file(tmp_path, capsys):
+    from ar2dlm.armap.dpo_run import main
+
+    args = ["--model", str(tmp_path), "--train", "a.jsonl", "b.jsonl", "--domains", "math", "--eval", "e.jsonl",
+            "--settings", "{}", "--seed", "0", "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit):
+        main(args)
+    assert "--domains names 1 domains for 2 --train files" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("kind", ["ar", "dlm"])
 def test_full_dpo_sharded_over_two_processes_learns_like_one(models, tmp_path, kind):
     """Full DPO in the FSDP2 trainer (AR-MAP's full-DPO option on several GPUs): two gloo processes
@@ -223,9 +235,10 @@ def test_full_dpo_sharded_over_two_processes_learns_like_one(models, tmp_path, k
     write_jsonl(tmp_path / "eval.jsonl", rows[32:] if kind == "ar" else rows[:16])
     cfg = {"beta": 0.1 if kind == "ar" else 0.5, "steps": 12, "lr": 3e-3, "batch_size": 8, "grad_accum": 2,
            "max_length": 128, "train_pairs": None, "eval_pairs": None, "elbo_samples": 2, "eval_elbo_samples": 4}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "ar2dlm.armap.dpo_run",
-           "--model", str(models / kind), "--train", str(tmp_path / "train.jsonl"), "--eval", str(tmp_path / "eval.jsonl"),
-           "--settings", json.dumps(cfg), "--seed", "0", "--out", str(tmp_path / "two"), "--launch", json.dumps({"shard_teacher": True})]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "ar2dlm.armap.dpo_run", "--model", str(models / kind), "--train", str(tmp_path / "train.jsonl"),
+           "--domains", "math", "--eval", str(tmp_path / "eval.jsonl"), "--settings", json.dumps(cfg), "--seed", "0",
+           "--out", str(tmp_path / "two"), "--launch", json.dumps({"shard_teacher": True})]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     two = load_model(tmp_path / "two").info

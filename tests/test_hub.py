@@ -74,8 +74,8 @@ def test_prefetch_needs_a_token_for_a_gated_set_before_any_download(tmp_path):
 
 
 def test_standin_hub_reads_by_id_in_the_hub_schemas(standin_cache):
+    from ar2dlm.core.hub import load_hub_dataset, local_snapshot
     from ar2dlm.data.build import hub_preferences
-    from ar2dlm.data.hub import load_hub_dataset, local_snapshot
     from ar2dlm.evaluation.suite import cached_harness_task
 
     prefs = load_hub_dataset("HuggingFaceH4/ultrafeedback_binarized", split="test_prefs")
@@ -96,7 +96,7 @@ def test_standin_hub_reads_by_id_in_the_hub_schemas(standin_cache):
 def test_standin_models_have_the_real_vocabulary_and_base_convention(standin_cache):
     from transformers import AutoConfig
 
-    from ar2dlm.data.hub import local_snapshot
+    from ar2dlm.core.hub import local_snapshot
     from ar2dlm.data.tokenization import load_pretrained_tokenizer
 
     tok = load_pretrained_tokenizer("Qwen/Qwen3-0.6B-Base")
@@ -112,7 +112,7 @@ def test_standin_models_have_the_real_vocabulary_and_base_convention(standin_cac
 def test_missing_asset_in_a_job_names_prefetch(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
-    from ar2dlm.data.hub import MissingAssetError, load_hub_dataset
+    from ar2dlm.core.hub import MissingAssetError, load_hub_dataset
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(MissingAssetError, match="snakemake prefetch"):

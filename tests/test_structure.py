@@ -1,8 +1,10 @@
-"""The package's shape: no import loop, and the schema's names tied to the registries that implement them."""
+"""The package's shape: no import loop, layers that point down only, and the schema's names tied to the
+registries that implement them."""
 
 import ast
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import REPO
@@ -15,11 +17,12 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """Package modules a file imports, at top level or inside functions (a lazy import is still an edge)."""
+def _import_lines(path: Path, modules: set[str]) -> dict[str, int]:
+    """Package modules a file imports, at top level or inside functions (a lazy import is still an
+    edge), each with the line of its first import."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    out = set()
+    out: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -28,10 +31,16 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
                 base = ".".join(parent + ([base] if base else []))
             for alias in node.names:  # `from . import layout` names a module, `from .x import f` a function
                 full = f"{base}.{alias.name}"
-                out.add(full if full in modules else base)
+                m = full if full in modules else base
+                out[m] = min(out.get(m, node.lineno), node.lineno)
         elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-    return {m for m in out if m in modules and m != name}
+            for alias in node.names:
+                out[alias.name] = min(out.get(alias.name, node.lineno), node.lineno)
+    return {m: line for m, line in out.items() if m in modules and m != name}
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    return set(_import_lines(path, modules))
 
 
 def test_no_import_loop_in_the_package():
@@ -60,6 +69,34 @@ def test_no_import_loop_in_the_package():
         if m not in state:
             visit(m)
     assert "ar2dlm.pipeline.runs" in graph and graph["ar2dlm.pipeline.checks"] >= {"ar2dlm.pipeline.runs"}
+
+
+# The package's layers, lowest first: a module imports only from its own layer and those below, so
+# the library never reaches up into the pipeline that drives it (paths and settings are passed in).
+# The root (the package's own __init__ and the provenance helpers) is below everything; ``plan``
+# sizes the jobs ``pipeline`` lists, and ``reporting`` reads what the pipeline's layout names.
+LAYERS = ("", "provenance", "core", "data", "training", "evaluation", "armap", "pipeline", "plan", "reporting")
+
+
+def _layer(module: str) -> int:
+    """The rank in LAYERS of a package module: its subpackage, or the top-level module itself."""
+    parts = module.split(".")
+    name = parts[1] if len(parts) > 1 else ""
+    assert name in LAYERS, f"{module} is in no layer: add {name!r} to LAYERS in {Path(__file__).name}"
+    return LAYERS.index(name)
+
+
+def test_layers_point_down_only():
+    files = sorted(PACKAGE.rglob("*.py"))
+    modules = {_module_name(f) for f in files}
+    upward = [f"{f.relative_to(REPO)}:{line} imports {target} ({LAYERS[_layer(target)]} sits above "
+              f"{LAYERS[_layer(_module_name(f))] or 'the package root'})"
+              for f in files for target, line in sorted(_import_lines(f, modules).items())
+              if _layer(target) > _layer(_module_name(f))]
+    order = " < ".join(filter(None, LAYERS))
+    assert not upward, f"imports that point up the layers ({order}):\n" + "\n".join(upward)
+    library = ("core", "data", "training", "evaluation", "armap")  # what the issue pins: below the pipeline
+    assert max(map(LAYERS.index, library)) < LAYERS.index("pipeline") < LAYERS.index("reporting")
 
 
 def test_the_package_is_subpackages_only():
@@ -96,13 +133,18 @@ def test_schema_names_match_the_registries():
 
 def test_benchmark_kinds_name_their_metrics_and_inputs():
     """Every kind's metrics are what its evaluation writes, and its inputs are results files."""
-    from ar2dlm.evaluation.suite import BENCHMARK_KINDS, LOCAL_HARNESS_TASKS
+    from ar2dlm.evaluation.suite import BENCHMARK_DATA, BENCHMARK_KINDS, LOCAL_HARNESS_TASKS
+    from ar2dlm.pipeline.layout import benchmark_inputs
 
     assert LOCAL_HARNESS_TASKS == ("arith_choice",)
     spec = {"local": True, "tasks": ["docstring_retrieval"]}
     for name, kind in BENCHMARK_KINDS.items():
         assert kind.metrics, name
-        assert all(p.startswith("results/data/") for p in kind.inputs(name, spec).values()), name
+        assert kind.reads(spec) and set(kind.reads(spec)) <= set(BENCHMARK_DATA), name
+        assert all(p.startswith("results/data/") for p in benchmark_inputs(name, kind.reads(spec)).values()), name
+    assert set(benchmark_inputs("b", BENCHMARK_DATA)) == set(BENCHMARK_DATA)  # the layout places every kind of data
+    with pytest.raises(ValueError, match="reads \\['answers'\\]: no such data"):
+        benchmark_inputs("b", ("answers",))
 
 
 def test_jobs_run_the_checkout_of_the_snakefile(tmp_path, monkeypatch):

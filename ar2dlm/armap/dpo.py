@@ -217,8 +217,7 @@ def train_dpo_sharded(model_dir, train_rows: list[dict], eval_rows: list[dict], 
     the final weights to ``out_dir`` with the provenance ``train_dpo`` writes."""
     from pathlib import Path
 
-    from ..core.models import load_conventions
-    from ..pipeline.layout import checkpoint_dir
+    from ..core.models import checkpoint_dir, load_conventions
     from ..provenance import read_jsonl, write_jsonl
     from ..training.sharding import barrier
     from ..training.trainer import _distributed, train_run

@@ -9,7 +9,7 @@ import argparse
 import json
 import os
 
-from ..pipeline.layout import final_checkpoint, preference_domain
+from ..core.models import final_checkpoint
 from ..provenance import log_to
 from .dpo import train_dpo, train_dpo_sharded
 from .pipeline import preference_rows
@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     src.add_argument("--model", help="the model folder to train (the AR teacher)")
     src.add_argument("--manifest", help="a conversion's train.json: its final checkpoint is trained")
     ap.add_argument("--train", nargs="+", required=True, help="preference files, one per domain")
+    ap.add_argument("--domains", nargs="+", required=True, help="the domain of each --train file, in order")
     ap.add_argument("--eval", nargs="+", required=True)
     ap.add_argument("--settings", required=True, help="the dpo section of the config as JSON")
     ap.add_argument("--seed", type=int, required=True)
@@ -30,17 +31,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--launch", default="{}", help="the plan's launch choices as JSON (activation_checkpointing, "
                     "shard_teacher)")
     a = ap.parse_args(argv)
+    if len(a.domains) != len(a.train):
+        ap.error(f"--domains names {len(a.domains)} domains for {len(a.train)} --train files")
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     if a.job_log:
         log_to(a.job_log if rank == 0 else f"{a.job_log}.rank{rank}", a.threads)
     cfg = json.loads(a.settings)
     model = a.model or final_checkpoint(a.manifest)
     train, held = preference_rows(a.train, cfg["train_pairs"]), preference_rows(a.eval, cfg["eval_pairs"])
-    domains = [preference_domain(p) for p in a.train]
     if world > 1:
-        train_dpo_sharded(model, train, held, a.out, cfg, a.seed, domains, json.loads(a.launch))
+        train_dpo_sharded(model, train, held, a.out, cfg, a.seed, a.domains, json.loads(a.launch))
     else:
-        train_dpo(model, train, held, a.out, cfg, a.seed, domains)
+        train_dpo(model, train, held, a.out, cfg, a.seed, a.domains)
 
 
 if __name__ == "__main__":

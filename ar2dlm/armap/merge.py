@@ -1,6 +1,6 @@
-"""Task vectors and model merges as small functions over tensors, and over state dicts (name ->
-tensor) by looping over them; ``stream_merge`` applies one to a model tensor by tensor from the
-model folders' safetensors, so host memory holds a few tensors (AR-MAP at 8B).
+"""Model merges as small functions over tensors; ``stream_merge`` applies one to a model tensor by
+tensor from the model folders' safetensors, so host memory holds a few tensors (AR-MAP at 8B).
+(``tests/reference_armap.py`` holds the whole-state-dict merges it is checked against.)
 
 Task arithmetic: W = W_base + gamma * tau. TIES (Yadav et al. 2023): trim each task vector to its
 largest-magnitude entries (``density``), elect a sign per entry by the sign of the summed trimmed
@@ -15,35 +15,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-
-StateDict = dict[str, torch.Tensor]
-
-
-def _float_keys(sd: StateDict) -> list[str]:
-    return [k for k, v in sd.items() if torch.is_floating_point(v)]
-
-
-def task_vector(finetuned: StateDict, base: StateDict) -> StateDict:
-    """``finetuned - base`` for every floating-point tensor both share (same shapes required)."""
-    missing = set(_float_keys(base)) ^ set(_float_keys(finetuned))
-    if missing:
-        raise ValueError(f"the two models differ in parameters: {sorted(missing)[:5]}")
-    out = {}
-    for k in _float_keys(base):
-        if finetuned[k].shape != base[k].shape:
-            raise ValueError(f"{k}: shape {tuple(finetuned[k].shape)} vs {tuple(base[k].shape)}")
-        out[k] = finetuned[k].float() - base[k].float()
-    return out
-
-
-def add_scaled(base: StateDict, tau: StateDict, gamma: float) -> StateDict:
-    """Task arithmetic ``base + gamma * tau``; gamma 0 returns the base tensors themselves."""
-    if gamma == 0:
-        return dict(base)
-    out = dict(base)
-    for k, t in tau.items():
-        out[k] = (base[k].float() + gamma * t).to(base[k].dtype)
-    return out
 
 
 def trim_tensor(t: torch.Tensor, density: float) -> torch.Tensor:
@@ -79,21 +50,6 @@ def dare_tensor(t: torch.Tensor, p: float, generator: torch.Generator) -> torch.
     return t * (torch.rand(t.shape, generator=generator) >= p).to(t.device) / (1 - p)
 
 
-def trim(tau: StateDict, density: float) -> StateDict:
-    return {k: trim_tensor(t, density) for k, t in tau.items()}
-
-
-def ties(taus: list[StateDict], density: float) -> StateDict:
-    """TIES merge of task vectors: trim, elect sign, disjoint mean."""
-    return {k: ties_tensor([t[k] for t in taus], density) for k in taus[0]}
-
-
-def dare(tau: StateDict, p: float, seed: int = 0) -> StateDict:
-    """Drop each entry with probability ``p`` (seeded), rescale the rest by 1 / (1 - p)."""
-    gen = torch.Generator().manual_seed(seed)
-    return {k: dare_tensor(t, p, gen) for k, t in tau.items()}
-
-
 @dataclass(frozen=True)
 class Merge:
     vector: Callable[[torch.Tensor, dict, torch.Generator], torch.Tensor]  # (tau tensor, options, generator) -> transferred
@@ -114,13 +70,6 @@ def _merge(merge: str) -> Merge:
     if merge not in MERGES:
         raise ValueError(f"unknown merge {merge!r} (known: {', '.join(MERGES)})")
     return MERGES[merge]
-
-
-def merged_vector(tau: StateDict, merge: str, options: dict, seed: int = 0) -> StateDict:
-    """The preference vector a merge transfers: as is (task arithmetic), TIES-trimmed or DARE-dropped
-    (DARE's draws follow the tensors' order, as ``stream_merge`` reads them)."""
-    m, gen = _merge(merge), torch.Generator().manual_seed(seed)
-    return {k: m.vector(t, options, gen) for k, t in tau.items()}
 
 
 @torch.no_grad()

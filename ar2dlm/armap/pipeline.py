@@ -9,7 +9,7 @@ import torch
 from ..core.models import FolderWeights, load_model, resolve_device, save_model
 from ..provenance import library_versions, read_jsonl, write_json
 from .gamma import gamma_search
-from .spectra import plot_shadowing, streamed_spectra
+from .spectra import streamed_spectra
 
 
 def preference_rows(paths: list[str], limit: int | None = None) -> list[dict]:
@@ -27,11 +27,10 @@ def _weights(teacher_dir, dpo_dir, dlm_dir) -> tuple:
     return ar, dpo, dlm
 
 
-def spectra(teacher_dir, dpo_dir, dlm_dir, csv_path, pdf_path, png_path, title: str):
-    """tau_pref = W_AR_dpo - W_AR and tau_diffusion = W_AR - W_DLM, per matrix; CSV and figure."""
+def spectra(teacher_dir, dpo_dir, dlm_dir, csv_path):
+    """tau_pref = W_AR_dpo - W_AR and tau_diffusion = W_AR - W_DLM, per matrix, written as CSV."""
     table = streamed_spectra(*_weights(teacher_dir, dpo_dir, dlm_dir), device=resolve_device("auto"))
     table.to_csv(csv_path, index=False)
-    plot_shadowing(table, title, pdf_path, png_path)
     return table
 
 

@@ -41,7 +41,8 @@ def describe(name: str) -> tuple[int | None, str]:
     return (int(m.group(1)) if m else None), (name.split(".")[-2] if module in ("attention", "mlp") else module)
 
 
-def _row(name: str, pref: torch.Tensor, diffusion: torch.Tensor, top_k: int) -> dict:
+def spectra_row(name: str, pref: torch.Tensor, diffusion: torch.Tensor, top_k: int = 8) -> dict:
+    """One matrix's row of the spectra table: both task vectors' statistics and the shadowing ratio."""
     layer, module = describe(name)
     a, b = matrix_stats(pref, top_k), matrix_stats(diffusion, top_k)
     return {"parameter": name, "layer": layer, "module": module, "module_type": MODULE_TYPES.get(module, module),
@@ -49,41 +50,15 @@ def _row(name: str, pref: torch.Tensor, diffusion: torch.Tensor, top_k: int) -> 
             "shadowing_ratio": b["spectral_norm"] / a["spectral_norm"] if a["spectral_norm"] else float("inf")}
 
 
-def spectra_table(tau_pref: dict, tau_diffusion: dict, top_k: int = 8) -> pd.DataFrame:
-    """One row per 2-D weight matrix with both vectors' statistics and the shadowing ratio."""
-    return pd.DataFrame([_row(name, t, tau_diffusion[name], top_k) for name, t in tau_pref.items() if t.dim() == 2])
-
-
 def streamed_spectra(ar, dpo, dlm, top_k: int = 8, device="cpu") -> pd.DataFrame:
-    """:func:`spectra_table` of tau_pref = dpo - ar and tau_diffusion = ar - dlm from three folders'
-    weights (``FolderWeights``), one matrix at a time (on ``device``): host memory holds the
-    matrices of one parameter, not the models."""
+    """One :func:`spectra_row` per 2-D weight matrix of tau_pref = dpo - ar and tau_diffusion =
+    ar - dlm from three folders' weights (``FolderWeights``), one matrix at a time (on ``device``):
+    host memory holds the matrices of one parameter, not the models."""
     rows = []
     for name in ar.names():
         if len(ar.shapes[name]) != 2:
             continue
         w = ar[name].to(device, torch.float32)
-        rows.append(_row(name, dpo[name].to(device, torch.float32) - w, w - dlm[name].to(device, torch.float32), top_k))
+        pref, diffusion = dpo[name].to(device, torch.float32) - w, w - dlm[name].to(device, torch.float32)
+        rows.append(spectra_row(name, pref, diffusion, top_k))
     return pd.DataFrame(rows)
-
-
-def plot_shadowing(table: pd.DataFrame, title: str, pdf_path, png_path) -> None:
-    """Shadowing ratio by layer, one line per module type (log scale; 1 = equal spectral norms)."""
-    from ..reporting.figures import pyplot, save
-
-    plt = pyplot()
-
-    layered = table.dropna(subset=["layer"])
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for module, part in layered.groupby("module"):
-        part = part.sort_values("layer")
-        ax.plot(part["layer"], part["shadowing_ratio"], marker="o", label=module)
-    for name, part in table[table["layer"].isna()].groupby("module"):
-        ax.axhline(float(part["shadowing_ratio"].iloc[0]), ls=":", lw=1, color="grey")
-    ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("layer")
-    ax.set_ylabel("||tau_diffusion||_2 / ||tau_pref||_2")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
-    save(fig, pdf_path, png_path)

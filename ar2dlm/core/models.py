@@ -1,6 +1,7 @@
 """Model folders: build a small Qwen3 from config, resolve a pretrained checkpoint (hub or local
-path, with a clear error offline), and save/load HF folders with the DLM conventions JSON beside
-the weights. Decoding conventions are always read from that JSON, never guessed."""
+path, with a clear error offline), save/load HF folders with the DLM conventions JSON beside the
+weights, and find a training run's checkpoint folders (``step_<k>/``). Decoding conventions are
+always read from that JSON, never guessed."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def resolve_pretrained(hub_id: str | None, model_path: str | None, revision: str
         raise CheckpointError("a pretrained model needs hub_id or model_path in its config entry")
     from huggingface_hub import snapshot_download
 
-    from ..data.hub import MODEL_FILES, HubAsset, missing_message
+    from .hub import MODEL_FILES, HubAsset, missing_message
 
     try:  # from the cache when the hub is offline (compute jobs), else downloaded
         return snapshot_download(hub_id, revision=revision, allow_patterns=list(MODEL_FILES), etag_timeout=10)
@@ -123,6 +124,21 @@ def load_conventions(model_dir: str | Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{model_dir} has no {CONVENTIONS_FILE}: its decoding conventions are unknown")
     return read_json(path)
+
+
+def checkpoint_dir(run_dir, step) -> Path:
+    """One checkpoint of a training run (``run_dir`` holds the run's manifest, ``train.json``)."""
+    return Path(run_dir) / f"step_{step}"
+
+
+def checkpoint_dirs(run_dir) -> dict[int, Path]:
+    """The checkpoint folders a run folder holds, by step (complete or not)."""
+    return {int(p.name[5:]): p for p in Path(run_dir).glob("step_*") if p.is_dir() and p.name[5:].isdigit()}
+
+
+def final_checkpoint(manifest) -> Path:
+    """The last checkpoint of a finished run, from its manifest (train.json)."""
+    return checkpoint_dir(Path(manifest).parent, read_json(manifest)["steps"])
 
 
 class FolderWeights:

@@ -34,7 +34,7 @@ def _message_text(value) -> str:
 
 
 def hub_preferences(spec: dict, split: str, n: int, seed: int, domain: str) -> list[dict]:
-    from .hub import load_hub_dataset
+    from ..core.hub import load_hub_dataset
 
     ds = load_hub_dataset(spec["path"], spec.get("name"), data_files=spec.get("data_files"),
                           split=spec[f"{split}_split"], streaming=True)

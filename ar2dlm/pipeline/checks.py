@@ -7,9 +7,9 @@ import glob
 import json
 from pathlib import Path
 
+from ..core.hub import cached_per_version
 from ..data.code_suite import split_pairings
 from ..data.corpus import PROMPT_SOURCES
-from ..data.hub import cached_per_version
 from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_EMBEDDING_TASKS, LOCAL_HARNESS_TASKS
 from ..training.tracking import missing_package
 from .config import ConfigError

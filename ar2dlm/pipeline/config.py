@@ -8,13 +8,9 @@ from pathlib import Path
 
 import yaml
 
+from ..core.errors import ConfigError  # the pipeline's callers import it from here
+
 PRESETS = ("smoke", "tiny", "tiny_full", "paper", "paper_standin")
-
-
-class ConfigError(ValueError):
-    def __init__(self, key: str, message: str):
-        super().__init__(f"config key '{key}': {message}")
-        self.key = key
 
 
 def deep_merge(base: dict, override: dict) -> dict:

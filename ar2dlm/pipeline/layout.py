@@ -24,7 +24,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..provenance import read_json
+# A run's step_<k>/ checkpoints inside its folder: defined with the model folders (the trainer and
+# AR-MAP find checkpoints too, below this layer), named here with the rest of the layout.
+from ..core.models import checkpoint_dir, checkpoint_dirs, final_checkpoint  # noqa: F401
 
 RESULTS = "results"
 TABLE_FORMATS = ("md", "csv", "tex")
@@ -78,6 +80,17 @@ def benchmark_problems(benchmark="{benchmark}") -> str:
     return data_path("benchmarks", f"{benchmark}.jsonl")
 
 
+def benchmark_inputs(benchmark: str, reads) -> dict[str, str]:
+    """The files of the data a benchmark reads (its kind's ``reads``): its problems file, or a
+    held-out synthetic suite (``code``, ``math``)."""
+    paths = {"problems": benchmark_problems(benchmark), "code": suite_file("code", "eval"),
+             "math": suite_file("math", "eval")}
+    unknown = set(reads) - set(paths)
+    if unknown:
+        raise ValueError(f"benchmark {benchmark} reads {sorted(unknown)}: no such data (known: {', '.join(paths)})")
+    return {name: paths[name] for name in reads}
+
+
 def evalplus_cache() -> str:
     """Where evalplus release files fetched by the code_benchmark rule are kept."""
     return data_path("benchmarks", ".evalplus_cache")
@@ -104,21 +117,6 @@ def conversion_dir(model="{model}", run="{run}", seed="{seed}") -> str:
 def conversion_manifest(model="{model}", run="{run}", seed="{seed}") -> str:
     """The declared output of a conversion; its step_<k>/ checkpoints lie beside it."""
     return os.path.join(conversion_dir(model, run, seed), "train.json")
-
-
-def checkpoint_dir(run_dir, step) -> Path:
-    """One checkpoint of a run (``run_dir`` holds the manifest)."""
-    return Path(run_dir) / f"step_{step}"
-
-
-def checkpoint_dirs(run_dir) -> dict[int, Path]:
-    """The checkpoint folders a run folder holds, by step (complete or not)."""
-    return {int(p.name[5:]): p for p in Path(run_dir).glob("step_*") if p.is_dir() and p.name[5:].isdigit()}
-
-
-def final_checkpoint(manifest) -> Path:
-    """The last checkpoint of a finished run, from its manifest (train.json)."""
-    return checkpoint_dir(Path(manifest).parent, read_json(manifest)["steps"])
 
 
 def armap_name(pdomain="{pdomain}", merge="{merge}") -> str:

@@ -113,10 +113,29 @@ def gamma_figure(config: dict, pdf_path, png_path) -> None:
     save(fig, pdf_path, png_path)
 
 
+def plot_shadowing(table: pd.DataFrame, title: str, pdf_path, png_path) -> None:
+    """Shadowing ratio by layer, one line per module type (log scale; 1 = equal spectral norms), from
+    a spectra table (``armap.spectra``): one job's, or the mean over seeds and domains."""
+    plt = pyplot()
+
+    layered = table.dropna(subset=["layer"])
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for module, part in layered.groupby("module"):
+        part = part.sort_values("layer")
+        ax.plot(part["layer"], part["shadowing_ratio"], marker="o", label=module)
+    for name, part in table[table["layer"].isna()].groupby("module"):
+        ax.axhline(float(part["shadowing_ratio"].iloc[0]), ls=":", lw=1, color="grey")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("||tau_diffusion||_2 / ||tau_pref||_2")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    save(fig, pdf_path, png_path)
+
+
 def shadowing_figure(config: dict, pdf_path, png_path) -> pd.DataFrame:
     """Mean shadowing ratio by layer and module over seeds and domains."""
-    from ..armap.spectra import plot_shadowing
-
     a = config["armap"]
     frames = [pd.read_csv(layout.spectra_csv(m, r, s, d))
               for m, r, s in armap_dlms(config) for d in a["domains"]]
