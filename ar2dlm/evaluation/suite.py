@@ -174,7 +174,7 @@ def _math_suite(name, spec):
 class BenchmarkKind:
     run: Callable  # (model_dir, spec, inputs, seed, benchmark name) -> (model info, result)
     inputs: Callable[[str, dict], dict]  # (benchmark name, spec) -> the data files it reads, by name
-    metrics: tuple[str, ...]  # what its tables show; the first is the one a claim compares
+    metrics: tuple[str, ...]  # what its tables show (and a claim may read); the first is the headline
     decoded: bool = False  # generates text with the model's sampler
     rows: bool = False  # one result row per decoding setting (tables take the best row)
     suite: str | None = None  # the data config section of the synthetic suite it reads (a limit is checked against it)
