@@ -173,6 +173,27 @@ BAD_CONFIGS = [
     ({"eval": {"benchmarks": {"mine": {"kind": "code", "source": "path", "format": "evalplus", "dataset": "humaneval",
                                        "style": "body", "max_new_tokens": 16, "parallel": 1, "limit": None,
                                        "n_samples": 1, "temperature": 0}}}}, "eval.benchmarks.mine", "'path' is a required"),
+    # claims (claims.judged): each names its study's runs, one of its benchmarks and a metric that benchmark writes
+    ({"claims": {"judged": {"align_beats_no_align": {"run": "rb"}}}}, "claims.judged.align_beats_no_align.run",
+     "'rb' is not one of the runs of studies.repr_align/code"),
+    ({"claims": {"judged": {"cosine_beats_l2": {"against": "ra_l1"}}}}, "claims.judged.cosine_beats_l2.against",
+     "'ra_l1' is neither teacher, best_other nor one of the runs of studies.repr_align/metric"),
+    ({"claims": {"judged": {"cosine_beats_l2": {"study": "repr_align/metrics"}}}}, "claims.judged.cosine_beats_l2.study",
+     "'repr_align/metrics' is not a key of studies"),
+    ({"claims": {"judged": {"cosine_beats_l2": {"benchmark": "arithmetic"}}}},
+     "claims.judged.cosine_beats_l2.benchmark", "'arithmetic' is not one of the evals of studies.repr_align/metric"),
+    ({"claims": {"judged": {"cosine_beats_l2": {"metric": "pass@1"}}}}, "claims.judged.cosine_beats_l2.metric",
+     "'pass@1' is not a metric of benchmark synthetic_code"),
+    ({"claims": {"judged": {"cosine_beats_l2": {"metric": "base_pass@10"}}}}, "claims.judged.cosine_beats_l2.metric",
+     "base_pass@10 needs at least 10 samples per task; eval.benchmarks.synthetic_code.n_samples is 1"),
+    ({"claims": {"judged": {"cosine_beats_l2": {"direction": "better"}}}}, "claims.judged.cosine_beats_l2.direction",
+     "'better' is not one of"),
+    ({"claims": {"judged": {"cosine_beats_l2": {"decoding": "lowest_threshold"}}}},
+     "claims.judged.cosine_beats_l2.decoding", "not one row per decoding setting"),
+    ({"claims": {"judged": {"new": {"paper": "X", "text": "t", "direction": "greater", "study": "combined"}}}},
+     "claims.judged.new", "'run' is a required property"),
+    ({"claims": {"judged": {"armap_gamma_above_one": {"armap": {"merge": "slerp"}}}}},
+     "claims.judged.armap_gamma_above_one.armap.merge", "'slerp' is not a key of armap.merges"),
 ]
 
 
@@ -390,23 +411,23 @@ def test_effects_within_the_cross_machine_spread_decide_no_greater_claim():
 
 
 def test_the_tiny_claims_read_benchmarks_the_tiny_teacher_can_do():
-    """Every tiny claim that compares conversion runs reads its study's first benchmark; the tiny
-    teacher's measured score there (docs/tiny/teacher_scores.json, benchmarks/teacher_scores.py)
-    is at least TEACHER_FLOOR, so the runs can show a difference (arithmetic, 0.17, reads none)."""
+    """Every tiny claim that compares conversion runs reads a benchmark where the tiny teacher's
+    measured score (docs/tiny/teacher_scores.json, benchmarks/teacher_scores.py) is at least
+    TEACHER_FLOOR, so the runs can show a difference (arithmetic, 0.17, reads none)."""
     from ar2dlm.pipeline.config import merge_preset
-    from ar2dlm.reporting.claims import CLAIMS, TEACHER_FLOOR, UNBOUNDED
+    from ar2dlm.reporting.claims import TEACHER, TEACHER_FLOOR, UNBOUNDED, declared_claims
 
     cfg = merge_preset({"preset": "tiny"}, REPO / "config")
     scores = json.loads((REPO / "docs" / "tiny" / "teacher_scores.json").read_text())["teacher_scores"]
     read = set()
-    for c in CLAIMS:
-        spec = cfg["studies"].get(c.study)
-        if spec is None or c.b == "teacher":  # AR-MAP's gamma claims; the teacher as one of the arms
+    for c in declared_claims(cfg):
+        if c.armap or c.against == TEACHER:  # AR-MAP's gamma claims; the teacher as one of the arms
             continue
-        bench = spec["evals"][0]
+        bench = c.benchmark
         if cfg["eval"]["benchmarks"][bench]["kind"] in UNBOUNDED:
             continue
         assert bench in scores, f"{bench}: no measured teacher score; rerun benchmarks/teacher_scores.py"
+        assert scores[bench]["metric"] == c.metric, (c.id, "the record holds another metric", scores[bench])
         assert scores[bench]["value"] >= TEACHER_FLOOR, (c.id, bench, scores[bench])
         read.add(bench)
     assert scores["arithmetic"]["value"] < TEACHER_FLOOR and "arithmetic" not in read

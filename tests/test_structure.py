@@ -163,3 +163,33 @@ def test_jobs_run_the_checkout_of_the_snakefile(tmp_path, monkeypatch):
         assert str(other / "ar2dlm") in str(exc) and str(REPO / "ar2dlm") in str(exc)
     else:
         raise AssertionError("another checkout's Snakefile was accepted")
+
+
+def _string_literals(path: Path):
+    """(line, value) of every string constant in a Python file (f-string parts included)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+def _schema_words(node) -> set[str]:
+    """Every value an ``enum`` of the schema allows: the package's own vocabulary (a method name)."""
+    if isinstance(node, dict):
+        return set(node.get("enum", [])) | {w for v in node.values() for w in _schema_words(v)}
+    if isinstance(node, list):
+        return {w for v in node for w in _schema_words(v)}
+    return set()
+
+
+def test_no_run_name_of_a_preset_appears_in_the_package():
+    """Runs, studies and the claims that compare them are config: the package never names a run a
+    preset defines (a quoted string equal to one), save words the schema itself defines, such as a
+    method a run is named after."""
+    names = set()
+    for preset in sorted((REPO / "config" / "presets").glob("*.yaml")):
+        names |= set(yaml.safe_load(preset.read_text()).get("runs") or {})
+    assert {"ra", "ed", "opd_math", "combined"} <= names
+    names -= _schema_words(yaml.safe_load((REPO / "config" / "schema.yaml").read_text()))
+    found = [f"{path.relative_to(REPO)}:{line}: {value!r}" for path in sorted(PACKAGE.rglob("*.py"))
+             for line, value in sorted(_string_literals(path)) if value in names]
+    assert not found, "run names of a preset in the package:\n" + "\n".join(found)

@@ -171,7 +171,7 @@ BENCHMARK_DATA = ("problems", "code", "math")
 class BenchmarkKind:
     run: Callable  # (model_dir, spec, inputs, seed, benchmark name) -> (model info, result)
     reads: Callable[[dict], tuple[str, ...]]  # spec -> the BENCHMARK_DATA it reads (``inputs`` names their files)
-    metrics: tuple[str, ...]  # what its tables show; the first is the one a claim compares
+    metrics: tuple[str, ...]  # what its tables show (and a claim may read); the first is the headline
     decoded: bool = False  # generates text with the model's sampler
     rows: bool = False  # one result row per decoding setting (tables take the best row)
     suite: str | None = None  # the data config section of the synthetic suite it reads (a limit is checked against it)

@@ -12,8 +12,8 @@ from ..data.code_suite import split_pairings
 from ..data.corpus import PROMPT_SOURCES
 from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_EMBEDDING_TASKS, LOCAL_HARNESS_TASKS
 from ..training.tracking import missing_package
-from .config import ConfigError
-from .jobs import armap_domains
+from .config import ConfigError, benchmark_settings
+from .jobs import armap_domains, study_models
 from .runs import resolve_run
 
 SYNTHETIC_DOMAINS = {"code": "code_suite", "math": "math_suite"}  # preference domains built from a suite
@@ -113,6 +113,7 @@ def check_config(config: dict) -> None:
     check_runs(config)
     check_evals(config)
     check_armap(config)
+    check_claims(config)
     check_local_files(config)
     check_bench(config)
     package = missing_package(config["tracking"]["backend"])
@@ -404,9 +405,9 @@ def check_armap(config: dict) -> None:
     for m, seeds in a.get("merge_seeds", {}).items():
         if m not in a["merges"]:
             raise ConfigError("armap.merge_seeds", f"{m!r} is not a key of armap.merges")
-        if m in a["eval_merges"] or m == "task_arithmetic":
-            raise ConfigError(f"armap.merge_seeds.{m}", "the evaluated merges and task arithmetic (the claims' "
-                              "merge) are searched on every seed of armap.seeds")
+        if m in a["eval_merges"] or m in claim_merges(config):
+            raise ConfigError(f"armap.merge_seeds.{m}", "the evaluated merges and those AR-MAP's claims read "
+                              "(claims.judged) are searched on every seed of armap.seeds")
         if not set(seeds) <= set(a["seeds"]):
             raise ConfigError(f"armap.merge_seeds.{m}", f"{sorted(set(seeds) - set(a['seeds']))} not in armap.seeds {a['seeds']}")
     if not set(a.get("dlm_dpo_seeds", a["seeds"])) <= set(a["seeds"]):
@@ -423,3 +424,82 @@ def check_armap(config: dict) -> None:
             if n is not None and n > have:
                 raise ConfigError(f"armap.{part}.eval_pairs", f"{n} pairs asked, larger than the {have} held-out "
                                   f"{d} pairs (data.preferences)")
+
+
+TEACHER, BEST_OTHER = "teacher", "best_other"  # what a claim may compare with besides a run of its study
+STUDY_CLAIM_KEYS = ("study", "run", "against", "model", "benchmark", "metric", "decoding", "equal_flops")
+
+
+def _claims(config: dict) -> dict:
+    return config.get("claims", {}).get("judged", {})
+
+
+def claim_merges(config: dict) -> set[str]:
+    """The merges whose gamma searches AR-MAP's claims read."""
+    return {c["armap"]["merge"] for c in _claims(config).values() if "armap" in c}
+
+
+def check_claims(config: dict) -> None:
+    """Every claim names what exists: a study, runs of it, a benchmark of it and a metric that
+    benchmark writes, or a merge of armap.merges."""
+    for cid, c in _claims(config).items():
+        key = f"claims.judged.{cid}"
+        if "armap" in c:
+            if extra := [k for k in STUDY_CLAIM_KEYS if k in c]:
+                raise ConfigError(f"{key}.{extra[0]}", "an AR-MAP claim (armap:) reads the gamma searches; "
+                                  f"{', '.join(STUDY_CLAIM_KEYS)} are a study claim's keys")
+            if c["armap"]["merge"] not in config["armap"]["merges"]:
+                raise ConfigError(f"{key}.armap.merge", f"{c['armap']['merge']!r} is not a key of armap.merges "
+                                  f"({', '.join(config['armap']['merges'])})")
+            continue
+        if c["study"] not in config["studies"]:
+            raise ConfigError(f"{key}.study", f"{c['study']!r} is not a key of studies")
+        check_claim_runs(config, key, c)
+        check_claim_metric(config, key, c)
+
+
+def check_claim_runs(config: dict, key: str, c: dict) -> None:
+    """The compared runs are the study's (or the teacher, or the best other run), on its model."""
+    spec = config["studies"][c["study"]]
+    runs, where = spec["runs"], f"the runs of studies.{c['study']} ({', '.join(spec['runs'])})"
+    if c["run"] not in runs:
+        raise ConfigError(f"{key}.run", f"{c['run']!r} is not one of {where}")
+    if c["against"] not in runs and c["against"] not in (TEACHER, BEST_OTHER):
+        raise ConfigError(f"{key}.against", f"{c['against']!r} is neither teacher, best_other nor one of {where}")
+    if c["against"] == BEST_OTHER and BEST_OTHER in runs:
+        raise ConfigError(f"{key}.against", f"{BEST_OTHER} is ambiguous: the study has a run of that name")
+    if c["against"] == c["run"] or (c["against"] == BEST_OTHER and len(runs) < 2):
+        raise ConfigError(f"{key}.against", f"compares {c['run']!r} with itself")
+    if c.get("equal_flops") and c["against"] == TEACHER:
+        raise ConfigError(f"{key}.equal_flops", "the AR teacher has no training FLOPs to compare")
+    models = study_models(config, spec)
+    model = c.get("model", models[0])
+    if model not in models:
+        raise ConfigError(f"{key}.model", f"{model!r} is not one of the models of studies.{c['study']} "
+                          f"({', '.join(models)})")
+    for r in (c["run"], c["against"]):
+        if r in runs and model not in resolve_run(config, r)["models"]:
+            raise ConfigError(f"{key}.model", f"run {r!r} does not train on {model!r}")
+
+
+def check_claim_metric(config: dict, key: str, c: dict) -> None:
+    """The claim's benchmark is one of its study's, and writes the metric it reads."""
+    study, name, metric = c["study"], c["benchmark"], c["metric"]
+    if name not in config["studies"][study]["evals"]:
+        raise ConfigError(f"{key}.benchmark", f"{name!r} is not one of the evals of studies.{study} "
+                          f"({', '.join(config['studies'][study]['evals'])})")
+    bench = benchmark_settings(config, name)
+    kind = BENCHMARK_KINDS[bench["kind"]]
+    if metric not in kind.metrics:
+        raise ConfigError(f"{key}.metric", f"{metric!r} is not a metric of benchmark {name} (kind {bench['kind']}: "
+                          f"{', '.join(kind.metrics)})")
+    k = int(metric.rsplit("@", 1)[1]) if "_pass@" in metric else 1
+    if k > bench.get("n_samples", 1):
+        raise ConfigError(f"{key}.metric", f"{metric} needs at least {k} samples per task; "
+                          f"eval.benchmarks.{name}.n_samples is {bench.get('n_samples', 1)}")
+    if metric.startswith("plus_") and bench.get("format") != "evalplus":
+        raise ConfigError(f"{key}.metric", f"{metric} needs the evalplus format; eval.benchmarks.{name} is "
+                          f"{bench.get('format')}")
+    if c.get("decoding", "best") != "best" and not kind.rows:
+        raise ConfigError(f"{key}.decoding", f"benchmark {name} (kind {bench['kind']}) writes one result, not one "
+                          "row per decoding setting")

@@ -1,20 +1,22 @@
-"""The papers' directional claims, tested on this preset's results.
+"""The judge of the papers' directional claims, on this preset's results.
 
-Each claim compares run ``a`` with run ``b`` (or the AR teacher) of one study on the study's first
-benchmark and first model, paired by seed: effect = mean over seeds of the differences (a - b),
-spread = their standard deviation. The statistics are scipy's: a paired t-test
+The claims are config (``claims.judged``, beside the studies they judge; the schema says each
+key): a claim compares ``run`` with ``against`` (another run of its study, the AR teacher, or the
+best other run) on one benchmark's metric and one model, paired by seed: effect = mean over seeds
+of the differences (run - against), spread = their standard deviation; or it reads AR-MAP's gamma
+searches. This module only judges them. The statistics are scipy's: a paired t-test
 (``scipy.stats.ttest_1samp`` on the per-seed differences, which is ``ttest_rel`` on the pairs) and
 the 95% t confidence interval of the mean difference. Verdicts (``VERDICT_RULE``):
 
 - ``greater``: holds when the interval lies above 0, does not hold when it lies below 0 or every
   difference is <= 0 with no spread, else inconclusive.
 - ``not_worse``: holds when the effect is >= 0, does not hold when the interval lies below 0, else
-  inconclusive. ``near_best``: the same, a against the best other run of the study.
-- With a margin m (``claims.min_effect``: how far the same run's score moves between machines, the
-  smallest effect worth a verdict), a ``greater`` claim holds only when its mean effect is also at
-  least m, and does not hold once its interval lies below m (no gain beyond the spread); for
-  ``not_worse`` and ``near_best`` an effect down to -m counts as no worse (holds). m = 0 is the
-  plain rule.
+  inconclusive. ``near_best``: the same, against the best other run of the study.
+- With a margin m (the claim's ``margin``, else ``claims.min_effect`` on scores in [0, 1]: how far
+  the same run's score moves between machines, the smallest effect worth a verdict), a ``greater``
+  claim holds only when its mean effect is also at least m, and does not hold once its interval
+  lies below m (no gain beyond the spread); for ``not_worse`` and ``near_best`` an effect down to
+  -m counts as no worse (holds). m = 0 is the plain rule.
 - Fewer than 3 seeds: inconclusive.
 - Every compared run's mean below 0.05 or every one above 0.95 on the claim's metric (a score in
   [0, 1]): degenerate, never a verdict (two floors, or two ceilings, compared).
@@ -33,11 +35,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
+from ..pipeline.checks import BEST_OTHER, TEACHER
 from ..pipeline.jobs import armap_dlms, study_members, study_models, study_seeds
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
-from .tables import headline_metric, headline_value
 
 CONFIDENCE = 0.95
 MIN_SEEDS = 3
@@ -57,58 +60,46 @@ VERDICT_RULE = (f"paired t-test on the per-seed differences (scipy.stats) and th
 
 @dataclass(frozen=True)
 class Claim:
+    """One entry of ``claims.judged`` (the schema describes each key)."""
+
     id: str
     paper: str
     text: str
-    study: str  # a key of studies, or "armap" (read from AR-MAP's gamma searches)
-    a: str | tuple[str, ...] | None  # the run that should win: the first of these the study has (None: its first run)
-    b: str | tuple[str, ...] | None  # the run it is compared with (the first the study has), "teacher", or None: the best other run
-    test: str  # greater, not_worse or near_best
-    option: str | None = None  # lowest_threshold (throughput rows), equal_flops, gamma_hat or vs_gamma_one (AR-MAP)
+    direction: str  # greater, not_worse or near_best
+    study: str | None = None  # None: an AR-MAP claim
+    run: str | None = None
+    against: str | None = None  # a run of the study, TEACHER or BEST_OTHER
+    model: str | None = None  # None: the study's first model
+    benchmark: str | None = None
+    metric: str | None = None
+    decoding: str = "best"  # or lowest_threshold (benchmarks with one row per decoding setting)
+    equal_flops: bool = False
+    margin: float | None = None  # None: claims.min_effect on scores in [0, 1], else 0
+    armap: dict | None = None  # {measure: gamma_hat or vs_gamma_one, merge}
 
 
-CLAIMS = [
-    Claim("align_beats_no_align", "REPR-ALIGN", "REPR-ALIGN beats AR-initialised MDLM without alignment at equal steps",
-          "repr_align/code", "ra", "mdlm", "greater"),
-    Claim("cosine_beats_l2", "REPR-ALIGN", "cosine alignment beats L2", "repr_align/metric", "ra", "ra_mse", "greater"),
-    Claim("lambda10_near_best", "REPR-ALIGN", "lambda = 10 is at or near the best lambda", "ablations/lambda", "ra",
-          None, "near_best"),
-    Claim("freezing_keeps_quality", "REPR-ALIGN",
-          "freezing embeddings and MLPs keeps quality (its training tokens/s: the study table)",
-          "repr_align/freezing", "ra_freeze", "ra", "not_worse"),
-    Claim("subset_align_beats_stream", "REPR-ALIGN", "the small subset with alignment beats the larger stream without",
-          "repr_align/data", "ra", "mdlm_stream", "greater"),
-    Claim("on_policy_beats_off_policy", "OPDLM", "on-policy distillation beats off-policy", "opdlm/policy",
-          ("opd", "opd_math"), "opd_off", "greater"),  # the paper preset compares both on MATH prompts
-    # the tiny preset compares shifted runs (no-shift runs there are still relearning their output mapping)
-    Claim("block_beats_bidirectional", "Efficient-DLM", "block attention with clean context beats bidirectional",
-          "efficient_dlm/attention", ("ed", "ed_shift"), ("ed_bidir", "ed_shift_bidir"), "greater"),
-    Claim("positional_masking_aggressive", "Efficient-DLM",
-          "position-dependent masking beats uniform masking at the most aggressive threshold", "efficient_dlm/masking",
-          ("ed", "ed_shift"), ("ed_uniform", "ed_shift_uniform"), "greater", "lowest_threshold"),
-    Claim("no_shift_not_worse", "Efficient-DLM", "no shift is at least as good as shift", "efficient_dlm/shift", "ed",
-          "ed_shift", "not_worse"),
-    Claim("dlm_embeddings_beat_ar", "Efficient-DLM", "DLM embeddings beat the AR teacher's embeddings",
-          "efficient_dlm/embeddings", None, "teacher", "greater"),
-    Claim("combined_beats_single", "combined",
-          "the combined recipe (on-policy distillation into a block-attention student with clean context, plus "
-          "alignment) beats every single recipe at equal training FLOPs", "combined", "combined", None, "greater", "equal_flops"),
-    Claim("armap_gamma_above_one", "AR-MAP", "the best gamma is above 1", "armap", None, None, "greater", "gamma_hat"),
-    Claim("armap_beats_plain_transfer", "AR-MAP", "gamma_hat beats plain transfer (gamma = 1) on held-out test pairs",
-          "armap", None, None, "greater", "vs_gamma_one"),
-]
-CLAIM_MERGE = "task_arithmetic"  # AR-MAP's claims read this merge's gamma searches
+def declared_claims(config: dict) -> list[Claim]:
+    """The claims the preset declares, in its order."""
+    return [Claim(id=cid, **spec) for cid, spec in config.get("claims", {}).get("judged", {}).items()]
 
 
-def _value(config, bench, model, run, seed, option, step=None):
-    """A run's score at ``step`` (default: its final step), or the teacher's."""
-    step = None if run == "teacher" else step or resolve_run(config, run)["training"]["steps"]
-    res = read_json(layout.eval_path(bench, model, run, seed, step))
-    if option == "lowest_threshold":
+def claim_model(config: dict, c: Claim) -> str:
+    return c.model or study_models(config, config["studies"][c.study])[0]
+
+
+def _value(config: dict, c: Claim, run: str, seed, step=None, decoding: str | None = None) -> float:
+    """A run's score on the claim's benchmark, model and metric at ``step`` (default: its final
+    step), or the teacher's; for a benchmark with one row per decoding setting, the best row or the
+    mean over the rows at the lowest threshold (``decoding``, default the claim's)."""
+    step = None if run == TEACHER else step or resolve_run(config, run)["training"]["steps"]
+    res = read_json(layout.eval_path(c.benchmark, claim_model(config, c), run, seed, step))
+    if not BENCHMARK_KINDS[config["eval"]["benchmarks"][c.benchmark]["kind"]].rows:
+        return res["metrics"][c.metric]
+    if (decoding or c.decoding) == "lowest_threshold":
         lowest = min(r["threshold"] for r in res["rows"])
-        return sum(r["base_pass@1"] for r in res["rows"] if r["threshold"] == lowest) / \
+        return sum(r[c.metric] for r in res["rows"] if r["threshold"] == lowest) / \
             sum(1 for r in res["rows"] if r["threshold"] == lowest)
-    return headline_value(config, bench, res)
+    return max(r[c.metric] for r in res["rows"])
 
 
 @dataclass(frozen=True)
@@ -201,99 +192,87 @@ def _paired_seeds(config: dict, spec: dict, runs: list[str]) -> list[int]:
 
 def claim_inputs(config: dict) -> list[str]:
     """The evaluation and AR-MAP files the claims read: every run of each claim's study on the
-    study's first benchmark at its final step (at every evaluated step where the study evaluates
-    all checkpoints; with the runs' manifests for an equal-FLOPs claim), the teacher, and the
-    AR-MAP gamma curves."""
-    paths = [layout.gamma_curve(*d, pd_, CLAIM_MERGE) for d in armap_dlms(config) for pd_ in config["armap"]["domains"]]
-    for study in sorted({c.study for c in CLAIMS} & set(config["studies"])):
-        spec = config["studies"][study]
-        bench, model = spec["evals"][0], study_models(config, spec)[0]
-        paths.append(layout.eval_path(bench, model, "teacher"))
-        flops_compared = any(c.option == "equal_flops" for c in CLAIMS if c.study == study)
-        for m in study_members(config, study):
+    claim's benchmark and model at its final step (at every evaluated step where the study
+    evaluates all checkpoints; with the runs' manifests for an equal-FLOPs claim), the teacher,
+    and the gamma curves of the merge each AR-MAP claim reads."""
+    paths = []
+    for c in declared_claims(config):
+        if c.armap:
+            paths += [layout.gamma_curve(*d, pd_, c.armap["merge"]) for d in armap_dlms(config)
+                      for pd_ in config["armap"]["domains"]]
+            continue
+        model = claim_model(config, c)
+        paths.append(layout.eval_path(c.benchmark, model, TEACHER))
+        for m in study_members(config, c.study):
             if m.model == model:
-                paths += [layout.eval_path(bench, model, m.run, s, k) for s in m.seeds for k in m.steps]
-                if flops_compared:
+                paths += [layout.eval_path(c.benchmark, model, m.run, s, k) for s in m.seeds for k in m.steps]
+                if c.equal_flops:
                     paths += [layout.conversion_manifest(model, m.run, s) for s in m.seeds]
     return sorted(set(paths))
 
 
-def _armap_differences(config: dict, option: str) -> tuple[list[float], str]:
+def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str]:
+    """One difference per DLM and preference domain, from the gamma search of the claim's merge."""
     diffs = []
     for d in armap_dlms(config):
         for pd_ in config["armap"]["domains"]:
-            g = read_json(layout.gamma_curve(*d, pd_, CLAIM_MERGE))
-            if option == "gamma_hat":
+            g = read_json(layout.gamma_curve(*d, pd_, c.armap["merge"]))
+            if c.armap["measure"] == "gamma_hat":
                 diffs.append(g["gamma_hat"] - 1.0)
             else:
-                test_curve = {c["gamma"]: c["test_reward_accuracy"] for c in g["curve"]}
+                test_curve = {p["gamma"]: p["test_reward_accuracy"] for p in g["curve"]}
                 diffs.append(test_curve[g["gamma_hat"]] - test_curve.get(1, test_curve.get(1.0)))
-    measure = "gamma_hat - 1" if option == "gamma_hat" else "test reward accuracy at gamma_hat minus at gamma 1"
+    measure = "gamma_hat - 1" if c.armap["measure"] == "gamma_hat" else \
+        "test reward accuracy at gamma_hat minus at gamma 1"
     return diffs, measure
 
 
-def _first_present(names: str | tuple[str, ...], spec: dict) -> str:
-    names = (names,) if isinstance(names, str) else names
-    return next((r for r in names if r in spec["runs"]), names[0])
+def _bounded(config: dict, c: Claim) -> bool:
+    """The claim's metric is a score in [0, 1] (floors, ceilings and the margin apply)."""
+    return config["eval"]["benchmarks"][c.benchmark]["kind"] not in UNBOUNDED
 
 
-def winner(c: Claim, spec: dict) -> str:
-    """The run of the study that should win the claim."""
-    return spec["runs"][0] if c.a is None else _first_present(c.a, spec)
-
-
-def loser(c: Claim, spec: dict) -> str | None:
-    """The run the winner is compared with, "teacher", or None (the best other run of the study)."""
-    return c.b if c.b in (None, "teacher") else _first_present(c.b, spec)
-
-
-def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str, dict[str, float]]:
-    """Per-seed differences, what they measure, and each compared run's mean."""
-    bench, model = spec["evals"][0], study_models(config, spec)[0]
-    metric = headline_metric(config, bench)
-    a, b = winner(c, spec), loser(c, spec)
+def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str, dict[str, float] | None]:
+    """Per-seed differences, what they measure, and each compared run's mean (None: unbounded metric)."""
+    a, b = c.run, c.against
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
-    if b is None:  # against the best other run of the study (by its mean over the paired seeds)
+    if b == BEST_OTHER:  # against the best other run of the study (by its mean over the paired seeds)
         seeds = _paired_seeds(config, spec, spec["runs"])
-        means = {r: [_value(config, bench, model, r, s, c.option) for s in seeds] for r in spec["runs"]}
+        means = {r: [_value(config, c, r, s) for s in seeds] for r in spec["runs"]}
         best = max((r for r in spec["runs"] if r != a), key=lambda r: sum(means[r]))
         return [x - y for x, y in zip(means[a], means[best])], \
-            f"{bench} {metric}: {a} minus the best other run ({best})", \
-            {r: mean(v) for r, v in means.items()} if config["eval"]["benchmarks"][bench]["kind"] not in UNBOUNDED else None
-    seeds = _paired_seeds(config, spec, [a] + ([] if b == "teacher" else [b]))
-    va = [_value(config, bench, model, a, s, c.option) for s in seeds]
-    vb = [_value(config, bench, model, b, None if b == "teacher" else s, c.option) for s in seeds]
-    measure = f"{bench} {metric}" + (" at the lowest threshold" if c.option == "lowest_threshold" else "") + \
+            f"{c.benchmark} {c.metric}: {a} minus the best other run ({best})", \
+            {r: mean(v) for r, v in means.items()} if _bounded(config, c) else None
+    seeds = _paired_seeds(config, spec, [a] + ([] if b == TEACHER else [b]))
+    va = [_value(config, c, a, s) for s in seeds]
+    vb = [_value(config, c, b, None if b == TEACHER else s) for s in seeds]
+    measure = f"{c.benchmark} {c.metric}" + (" at the lowest threshold" if c.decoding == "lowest_threshold" else "") + \
         f": {a} minus {b}"
-    arms = {a: mean(va), b: mean(vb)} if config["eval"]["benchmarks"][bench]["kind"] not in UNBOUNDED else None
+    arms = {a: mean(va), b: mean(vb)} if _bounded(config, c) else None
     return [x - y for x, y in zip(va, vb)], measure, arms
 
 
 def effect_by_step(config: dict, c: Claim, spec: dict) -> dict[int, list[float]]:
-    """The claim's per-seed differences (a - b, paired seeds) at every training step both runs
-    were evaluated at: the study evaluates all checkpoints (``checkpoints: all``) and the runs
+    """The claim's per-seed differences (run - against, paired seeds) at every training step both
+    runs were evaluated at: the study evaluates all checkpoints (``checkpoints: all``) and the runs
     share a step budget. Empty otherwise."""
-    a, b = winner(c, spec), loser(c, spec)
-    if spec.get("checkpoints") != "all" or b in ("teacher", None):
+    a, b = c.run, c.against
+    if spec.get("checkpoints") != "all" or b in (TEACHER, BEST_OTHER):
         return {}
-    bench, model = spec["evals"][0], study_models(config, spec)[0]
+    model = claim_model(config, c)
     steps = {m.run: m.steps for m in study_members(config, c.study) if m.model == model}
     seeds = _paired_seeds(config, spec, [a, b])
-    out = {}
-    for k in sorted(set(steps[a]) & set(steps[b])):
-        out[k] = [_value(config, bench, model, a, s, c.option, k) - _value(config, bench, model, b, s, c.option, k)
-                  for s in seeds]
-    return out
+    return {k: [_value(config, c, a, s, k) - _value(config, c, b, s, k) for s in seeds]
+            for k in sorted(set(steps[a]) & set(steps[b]))}
 
 
-def teacher_below_floor(config: dict, c: Claim, spec: dict) -> str | None:
+def teacher_below_floor(config: dict, c: Claim) -> str | None:
     """Why a claim's benchmark cannot decide it: the AR teacher's own score there is below
     ``claims.teacher_floor`` (default TEACHER_FLOOR; None when it is not)."""
     floor = config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
-    bench, model = spec["evals"][0], study_models(config, spec)[0]
-    score = _value(config, bench, model, "teacher", None, None)  # its one decoding setting
+    score = _value(config, c, TEACHER, None, decoding="best")  # its one decoding setting
     if score < floor:
-        return (f"uninformative (the AR teacher itself scores {score:.3f} on {bench}, below {floor}: "
+        return (f"uninformative (the AR teacher itself scores {score:.3f} on {c.benchmark}, below {floor}: "
                 "choose a benchmark it can do)")
     return None
 
@@ -301,12 +280,12 @@ def teacher_below_floor(config: dict, c: Claim, spec: dict) -> str | None:
 FLOPS_TOLERANCE = 1.15  # an equal-FLOPs claim's runs may differ this much in training FLOPs (rollouts vary)
 
 
-def unequal_flops(config: dict, spec: dict, runs: list[str]) -> str | None:
+def unequal_flops(config: dict, c: Claim, spec: dict, runs: list[str]) -> str | None:
     """Why the runs of an equal-FLOPs comparison are not at equal compute (their recipes' training
     FLOPs, stages before them included, differ by more than FLOPS_TOLERANCE), or None."""
     from .tables import recipe_flops
 
-    model = study_models(config, spec)[0]
+    model = claim_model(config, c)
     seeds = _paired_seeds(config, spec, runs)
     flops = {r: sum(recipe_flops(read_json(layout.conversion_manifest(model, r, s))) for s in seeds) / len(seeds)
              for r in runs}
@@ -325,39 +304,52 @@ def _sizing(v: Verdict, test: str, margin: float = 0.0) -> str | None:
     return f"> {MAX_SEEDS} (effect {v.mean:+.4f} lost in its spread)" if n is None else str(n)
 
 
+def _margin(config: dict, c: Claim, bounded: bool) -> float:
+    """The claim's own margin, else claims.min_effect where its metric is a score in [0, 1], else 0."""
+    if c.margin is not None:
+        return c.margin
+    return config.get("claims", {}).get("min_effect", 0.0) if bounded else 0.0
+
+
+def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
+    """One claim's row of the report, and its per-seed effects by training step (empty unless its
+    study evaluates every checkpoint)."""
+    arms, curve = None, {}  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
+    spec = config["studies"][c.study] if c.study else {}
+    if c.armap:
+        diffs, measure = _armap_differences(config, c)
+    else:
+        diffs, measure, arms = _study_differences(config, c, spec)
+        curve = effect_by_step(config, c, spec)
+    margin = _margin(config, c, arms is not None)
+    v = judge(diffs, c.direction, arms, margin)
+    # no verdict where the comparison cannot decide it; the most basic reason is the one given
+    compared = spec.get("runs", []) if c.against == BEST_OTHER else [c.run, c.against]
+    if c.equal_flops and (why := unequal_flops(config, c, spec, compared)):
+        v = Verdict(why, v.mean, v.sd, v.ci, v.p)
+    if arms is not None and c.against != TEACHER and (low := teacher_below_floor(config, c)):
+        v = Verdict(low, v.mean, v.sd, v.ci, v.p)
+    nan = lambda x: None if math.isnan(x) else round(x, 4)  # noqa: E731
+    by_step = {k: sum(d) / len(d) for k, d in curve.items()}
+    row = {"id": c.id, "paper": c.paper, "claim": c.text, "study": c.study or "armap", "measure": measure,
+           "test": c.direction, "seeds": len(diffs), "effect": round(v.mean, 4), "spread (sd)": nan(v.sd),
+           f"{CONFIDENCE:.0%} CI": None if math.isnan(v.ci[0]) else f"[{v.ci[0]:+.4f}, {v.ci[1]:+.4f}]",
+           "p (paired t)": nan(v.p), "differences": ", ".join(f"{d:+.3f}" for d in diffs), "verdict": v.verdict,
+           "seeds to decide": _sizing(v, c.direction, margin),
+           "effect by training step": ", ".join(f"{k}: {d:+.3f}" for k, d in by_step.items()) or None}
+    return row, curve
+
+
 def evaluate_claims(config: dict) -> tuple[pd.DataFrame, dict[str, dict[int, list[float]]]]:
-    """The claims table, and the per-seed effects by training step of the claims whose study
-    evaluates every checkpoint (by claim id: the by-step figure)."""
+    """The claims table (one row per claim of ``claims.judged``), and the per-seed effects by
+    training step of the claims whose study evaluates every checkpoint (by claim id: the by-step
+    figure)."""
     rows, curves = [], {}
-    for c in CLAIMS:
-        base = {"id": c.id, "paper": c.paper, "claim": c.text, "study": c.study}
-        arms, by_step = None, {}  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
-        spec = config["studies"].get(c.study, {})
-        if c.study == "armap":
-            diffs, measure = _armap_differences(config, c.option)
-        elif spec and {winner(c, spec), loser(c, spec)} - {"teacher", None} <= set(spec["runs"]):
-            diffs, measure, arms = _study_differences(config, c, spec)
-            if curve := effect_by_step(config, c, spec):
-                curves[c.id] = curve
-            by_step = {k: sum(d) / len(d) for k, d in curve.items()}
-        else:
-            rows.append({**base, "verdict": "not run in this preset"})
-            continue
-        margin = config.get("claims", {}).get("min_effect", 0.0) if arms is not None else 0.0
-        v = judge(diffs, c.test, arms, margin)
-        # no verdict where the comparison cannot decide it; the most basic reason is the one given
-        compared = spec.get("runs", []) if c.b is None else [winner(c, spec), loser(c, spec)]
-        if c.option == "equal_flops" and (why := unequal_flops(config, spec, compared)):
-            v = Verdict(why, v.mean, v.sd, v.ci, v.p)
-        if arms is not None and c.b != "teacher" and (low := teacher_below_floor(config, c, spec)):
-            v = Verdict(low, v.mean, v.sd, v.ci, v.p)
-        nan = lambda x: None if math.isnan(x) else round(x, 4)  # noqa: E731
-        rows.append({**base, "measure": measure, "test": c.test, "seeds": len(diffs), "effect": round(v.mean, 4),
-                     "spread (sd)": nan(v.sd), f"{CONFIDENCE:.0%} CI": None if math.isnan(v.ci[0]) else
-                     f"[{v.ci[0]:+.4f}, {v.ci[1]:+.4f}]", "p (paired t)": nan(v.p),
-                     "differences": ", ".join(f"{d:+.3f}" for d in diffs), "verdict": v.verdict,
-                     "seeds to decide": _sizing(v, c.test, margin),
-                     "effect by training step": ", ".join(f"{k}: {d:+.3f}" for k, d in by_step.items()) or None})
+    for c in declared_claims(config):
+        row, curve = judge_claim(config, c)
+        rows.append(row)
+        if curve:
+            curves[c.id] = curve
     return pd.DataFrame(rows), curves
 
 

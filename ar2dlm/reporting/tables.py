@@ -22,8 +22,8 @@ from ..provenance import code_commit, read_json, settings_hash
 
 
 def headline_metric(config: dict, benchmark: str) -> str:
-    """The metric of a benchmark that claims and the AR-MAP table compare: a harness task's own
-    first metric, else its kind's first table metric."""
+    """A benchmark's headline metric, which the AR-MAP table compares (a claim names its own): a
+    harness task's own first metric, else its kind's first table metric."""
     spec = config["eval"]["benchmarks"][benchmark]
     return harness_metric(spec) if spec["kind"] == "harness" else BENCHMARK_KINDS[spec["kind"]].metrics[0]
 
