@@ -11,6 +11,7 @@ import os
 
 from ..pipeline.layout import final_checkpoint, preference_domain
 from ..provenance import log_to
+from ..training.distributed import process_group
 from .dpo import train_dpo, train_dpo_sharded
 from .pipeline import preference_rows
 
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     train, held = preference_rows(a.train, cfg["train_pairs"]), preference_rows(a.eval, cfg["eval_pairs"])
     domains = [preference_domain(p) for p in a.train]
     if world > 1:
-        train_dpo_sharded(model, train, held, a.out, cfg, a.seed, domains, json.loads(a.launch))
+        with process_group():  # each process on its own GPU, the group destroyed at the end
+            train_dpo_sharded(model, train, held, a.out, cfg, a.seed, domains, json.loads(a.launch))
     else:
         train_dpo(model, train, held, a.out, cfg, a.seed, domains)
 

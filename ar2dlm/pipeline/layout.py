@@ -24,8 +24,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..provenance import read_json
-
 RESULTS = "results"
 TABLE_FORMATS = ("md", "csv", "tex")
 FIGURE_FORMATS = ("pdf", "png")
@@ -33,6 +31,19 @@ FIGURE_FORMATS = ("pdf", "png")
 
 def _r(*parts) -> str:
     return os.path.join(RESULTS, *map(str, parts))
+
+
+CHECKPOINT_FOLDERS = ("checkpoint_dir", "checkpoint_dirs", "final_checkpoint")
+
+
+def __getattr__(name: str):
+    """The step_<k> folder helpers (``CHECKPOINT_FOLDERS``) live with the checkpoints, in
+    ``training.checkpointing``; imported on first use, so that building the DAG imports no torch."""
+    if name in CHECKPOINT_FOLDERS:
+        from ..training import checkpointing
+
+        return getattr(checkpointing, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- data ---------------------------------------------------------------------------------------
@@ -104,21 +115,6 @@ def conversion_dir(model="{model}", run="{run}", seed="{seed}") -> str:
 def conversion_manifest(model="{model}", run="{run}", seed="{seed}") -> str:
     """The declared output of a conversion; its step_<k>/ checkpoints lie beside it."""
     return os.path.join(conversion_dir(model, run, seed), "train.json")
-
-
-def checkpoint_dir(run_dir, step) -> Path:
-    """One checkpoint of a run (``run_dir`` holds the manifest)."""
-    return Path(run_dir) / f"step_{step}"
-
-
-def checkpoint_dirs(run_dir) -> dict[int, Path]:
-    """The checkpoint folders a run folder holds, by step (complete or not)."""
-    return {int(p.name[5:]): p for p in Path(run_dir).glob("step_*") if p.is_dir() and p.name[5:].isdigit()}
-
-
-def final_checkpoint(manifest) -> Path:
-    """The last checkpoint of a finished run, from its manifest (train.json)."""
-    return checkpoint_dir(Path(manifest).parent, read_json(manifest)["steps"])
 
 
 def armap_name(pdomain="{pdomain}", merge="{merge}") -> str:
