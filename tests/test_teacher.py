@@ -47,8 +47,8 @@ def _pretrain_before_the_shared_loop(model, train_rows, *, steps, batch_size, lr
     gen = torch.Generator().manual_seed(seed)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
     model.train()
     order = torch.randperm(len(train_rows), generator=gen)
     cursor, losses = 0, []

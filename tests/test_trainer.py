@@ -413,6 +413,7 @@ def test_corrupt_or_non_finite_weights_are_refused_naming_the_file(setup, tmp_pa
 
     from ar2dlm.core.models import CheckpointError, FolderWeights, load_model
 
+    train(setup, run_cfg("mdlm", steps=2, checkpoint_every=2), tmp_path / "run")
     ckpt = tmp_path / "run" / "step_2"
     path = ckpt / "model.safetensors"
     good = path.read_bytes()

@@ -108,7 +108,9 @@ def checkpoint_problem(ckpt: Path, pg: ProcessGroup = ProcessGroup()) -> str | N
     for part in gathered(_hashes(ckpt, mine), pg):
         seen.update(part)
     bad = sorted(n for n, (digest, _) in plan.items() if seen.get(n) != digest)
-    return f"{ckpt / bad[0]} does not match the sha256 recorded when it was written: truncated or corrupt" if bad else None
+    if bad:
+        return f"{ckpt / bad[0]} does not match the sha256 recorded when it was written: truncated or corrupt"
+    return None
 
 
 def set_aside_corrupt(out_dir: Path, pg: ProcessGroup = ProcessGroup()) -> list[str]:

@@ -19,7 +19,7 @@ moments and the exported weights; checkpoint export 16 GB in bf16, 32 GB in fp32
   an even share, (114 / 8 + 16) GB = 30 GB on one 8-GPU node, 30 s at 1.1 GB/s or 150 s at 0.2 GB/s,
   and the ranks finish together, so the others wait only for the imbalance.
 
-30 minutes is over five times the worst of these, and a rank that really hangs is still reported.
+30 minutes is about nine times the worst of these, and a rank that really hangs is still reported.
 """
 
 from __future__ import annotations
