@@ -108,24 +108,3 @@ def test_table_footer_names_the_machine_and_resolved_dtypes():
     note = machine_note([("training", result("AMD EPYC", "AVX2", "fp32")), ("evaluation", result("AMD EPYC", "AVX2", "fp32")),
                          ("evaluation", result("Xeon 8480", "AVX512", "bf16"))])
     assert note == "AMD EPYC (AVX2 kernels): training fp32, evaluation fp32; Xeon 8480 (AVX512 kernels): evaluation bf16"
-
-
-def test_each_rank_owns_its_gpu_before_any_cuda_work(monkeypatch):
-    """Under torchrun on GPUs: the device is set from LOCAL_RANK before the process group starts,
-    the group is bound to it, and auto resolves on that device, never on GPU 0."""
-    from ar2dlm.training import trainer
-
-    calls = []
-    monkeypatch.setenv("WORLD_SIZE", "8")
-    monkeypatch.setenv("RANK", "11")
-    monkeypatch.setenv("LOCAL_RANK", "3")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", str(d))))
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: calls.append(("capability", str(d))) or (9, 0))
-    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
-    monkeypatch.setattr(torch.distributed, "init_process_group",
-                        lambda backend, **kw: calls.append(("init", backend, str(kw.get("device_id")))))
-    world, rank, device = trainer._distributed()
-    assert (world, rank, str(device)) == (8, 11, "cuda:3")
-    assert resolve_dtype("auto", device) == "bf16"
-    assert calls == [("set_device", "cuda:3"), ("init", "nccl", "cuda:3"), ("capability", "cuda:3")]

@@ -1,6 +1,7 @@
 """The AR teacher: a real Qwen3 that learns, round-trips through from_pretrained, and a pretrained
 checkpoint that cannot be fetched fails at once with a message that says what to do."""
 
+import csv
 import time
 
 import pytest
@@ -8,7 +9,8 @@ import torch
 
 from ar2dlm.core.models import CheckpointError, build_qwen3, load_model, resolve_pretrained, save_model
 from ar2dlm.training.teacher import ar_conventions
-from ar2dlm.training.ar_pretrain import lr_at, pack_documents, pretrain
+from ar2dlm.training.ar_pretrain import pack_documents, pretrain
+from ar2dlm.training.schedule import autocast, lr_at
 
 ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
         "num_key_value_heads": 1, "max_position_embeddings": 128}
@@ -29,9 +31,62 @@ def test_pretraining_lowers_the_loss(smoke_tokenizer, tmp_path):
     summary = pretrain(model, rows, steps=40, batch_size=8, lr=3e-3, warmup_steps=5, weight_decay=0.1, grad_clip=1.0,
                        dtype="fp32", seed=0, log_path=tmp_path / "loss.csv", log_every=5)
     assert loss() < before - 1.0
-    lines = (tmp_path / "loss.csv").read_text().splitlines()
-    assert lines[0] == "step,loss,lr,tokens_per_s,elapsed_s" and len(lines) == 1 + 8 + 1
-    assert summary["tokens_seen"] == 40 * 8 * 48
+    with open(tmp_path / "loss.csv", newline="") as f:
+        logged = list(csv.DictReader(f))  # the loss curve: one row per step, as a conversion's log.jsonl
+    assert [int(r["step"]) for r in logged] == list(range(40))
+    assert {"loss", "lm", "lr", "grad_norm", "tokens", "tokens_per_s", "step_s", "flops_student"} <= set(logged[0])
+    assert summary["tokens_seen"] == 40 * 8 * 48 == sum(int(r["tokens"]) for r in logged)
+    assert summary["final_train_loss"] == round(float(logged[-1]["loss"]), 5)
+
+
+def _pretrain_before_the_shared_loop(model, train_rows, *, steps, batch_size, lr, warmup_steps, weight_decay,
+                                     grad_clip, dtype, seed):
+    """The teacher's own pretraining loop as it was before it ran through the shared training loop
+    (its CSV logging left out): the reference the shared loop must reproduce bit for bit."""
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+    model.train()
+    order = torch.randperm(len(train_rows), generator=gen)
+    cursor, losses = 0, []
+    for step in range(steps):
+        if cursor + batch_size > len(order):
+            order, cursor = torch.randperm(len(train_rows), generator=gen), 0
+        batch = train_rows[order[cursor:cursor + batch_size]]
+        cursor += batch_size
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, lr, warmup_steps)
+        with autocast(dtype, "cpu"):
+            logits = model(input_ids=batch[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_pretraining_through_the_shared_loop_gives_the_weights_of_the_teachers_own_loop(smoke_tokenizer, tmp_path,
+                                                                                       dtype):
+    """Same batches (the randperm epochs), autocast, loss, clipping, schedule and weight-decay rule:
+    the same weights, bit for bit, over several epochs of a small corpus."""
+    tok, docs = smoke_tokenizer
+    rows = pack_documents(docs[:12], tok, 32, seed=0)
+    settings = dict(steps=3 * len(rows) // 8 + 2, batch_size=8, lr=3e-3, warmup_steps=3, weight_decay=0.1,
+                    grad_clip=0.5, dtype=dtype, seed=1)
+    assert len(rows) % 8 and len(rows) // 8 >= 2  # four epochs of two or more batches, each with a left-out tail
+    before, after = build_qwen3(ARCH, tok), build_qwen3(ARCH, tok)
+    losses = _pretrain_before_the_shared_loop(before, rows, **settings)
+    pretrain(after, rows, **settings, log_path=tmp_path / "loss.csv")
+    with open(tmp_path / "loss.csv", newline="") as f:
+        assert [float(r["loss"]) for r in csv.DictReader(f)] == losses
+    a, b = before.state_dict(), after.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_teacher_round_trips_with_identical_logits(smoke_tokenizer, tmp_path):

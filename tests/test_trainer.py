@@ -512,3 +512,81 @@ def test_staged_runs_are_checked_when_the_config_loads():
     cfg["runs"]["ed"]["init"] = {"run": "nope"}
     with pytest.raises(ConfigError, match="no such run 'nope'"):
         resolve_run(cfg, "staged")
+
+
+class _ThreadRanks:
+    """Ranks as threads, with the object collectives checkpoint hashing uses (every rank's object,
+    rank 0's object), so each rank's share of the hashing can be watched."""
+
+    def __init__(self, world):
+        import threading
+
+        self.world, self.barrier, self.slots, self.hashed = world, threading.Barrier(world), [None] * world, []
+
+    def gathered(self, obj, pg):
+        self.slots[pg.rank] = obj
+        self.barrier.wait()
+        out = list(self.slots)
+        self.barrier.wait()
+        return out
+
+    def from_main(self, obj, pg):
+        return self.gathered(obj, pg)[0]
+
+    def run(self, monkeypatch, fn):
+        """``fn(pg)`` on every rank at once; each rank's result, and which files each rank hashed."""
+        import threading
+
+        from ar2dlm.training import checkpointing
+        from ar2dlm.training.distributed import ProcessGroup
+
+        real = checkpointing.file_sha256
+        monkeypatch.setattr(checkpointing, "gathered", self.gathered)
+        monkeypatch.setattr(checkpointing, "from_main", self.from_main)
+        monkeypatch.setattr(checkpointing, "file_sha256", lambda path: self.hashed.append(
+            (int(threading.current_thread().name), path.name)) or real(path))
+        results = [None] * self.world
+
+        def rank(r):
+            results[r] = fn(ProcessGroup(self.world, r))
+
+        threads = [threading.Thread(target=rank, args=(r,), name=str(r)) for r in range(self.world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results
+
+
+def test_checkpoint_files_are_hashed_once_each_shared_by_the_ranks(setup, tmp_path, monkeypatch):
+    """On save each rank hashes the state files it wrote (rank 0 also the metadata); on resume each
+    hashes an even share of the checkpoint's files. Every rank reaches the same verdict, which
+    names a corrupt state file."""
+    from ar2dlm.training.checkpointing import checkpoint_problem, even_shares, written_state_hashes
+
+    train(setup, run_cfg("mdlm", steps=2, checkpoint_every=2), tmp_path / "run")  # before the ranks are threads
+    shares = even_shares({"a": 10, "b": 9, "c": 5, "d": 5, "e": 1}, 2)
+    assert sorted(sum(shares, [])) == ["a", "b", "c", "d", "e"] and sorted(map(len, shares)) == [2, 3]
+    assert max(sum({"a": 10, "b": 9, "c": 5, "d": 5, "e": 1}[n] for n in s) for s in shares) <= 30 / 2 + 10
+
+    written = tmp_path / "written"
+    for name in ("__0_0.distcp", "__1_0.distcp", "__1_1.distcp", ".metadata"):
+        (written / "state").mkdir(parents=True, exist_ok=True)
+        (written / "state" / name).write_bytes(name.encode())
+    ranks = _ThreadRanks(2)
+    a, b = ranks.run(monkeypatch, lambda pg: written_state_hashes(written, pg))
+    assert a == b and set(a) == {f"state/{n}" for n in ("__0_0.distcp", "__1_0.distcp", "__1_1.distcp", ".metadata")}
+    assert sorted(ranks.hashed) == [(0, ".metadata"), (0, "__0_0.distcp"), (1, "__1_0.distcp"), (1, "__1_1.distcp")]
+
+    ckpt = tmp_path / "run" / "step_2"
+    ranks = _ThreadRanks(2)
+    assert ranks.run(monkeypatch, lambda pg: checkpoint_problem(ckpt, pg)) == [None, None]
+    files = [name for _, name in ranks.hashed]
+    assert sorted(files) == sorted({"model.safetensors", "__0_0.distcp", ".metadata"})
+    assert {r for r, _ in ranks.hashed} == {0, 1}
+    state = ckpt / "state" / "__0_0.distcp"
+    data = bytearray(state.read_bytes())
+    data[len(data) // 2] ^= 1  # one flipped bit
+    state.write_bytes(bytes(data))
+    verdicts = _ThreadRanks(2).run(monkeypatch, lambda pg: checkpoint_problem(ckpt, pg))
+    assert verdicts[0] == verdicts[1] and "__0_0.distcp does not match the sha256" in verdicts[0]

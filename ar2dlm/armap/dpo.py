@@ -219,18 +219,19 @@ def train_dpo_sharded(model_dir, train_rows: list[dict], eval_rows: list[dict], 
 
     from ..core.models import checkpoint_dir, load_conventions
     from ..provenance import read_jsonl, write_jsonl
-    from ..training.sharding import barrier
-    from ..training.trainer import _distributed, train_run
+    from ..training.distributed import barrier, setup
+    from ..training.trainer import train_run
 
     if cfg.get("lora"):
         raise ValueError("sharded DPO is full DPO: a LoRA adapter trains on one GPU through TRL (train_dpo)")
-    world, rank, _ = _distributed()
+    pg = setup()  # the process group of the caller's ``distributed.process_group`` (dpo_run), or one process
+    world, rank = pg.world, pg.rank
     work = Path(f"{out_dir}.train")
     pairs = work / "pairs.jsonl"
     if rank == 0:
         work.mkdir(parents=True, exist_ok=True)
         write_jsonl(pairs, [{k: r[k] for k in FIELDS} for r in train_rows])
-    barrier(world)
+    barrier(pg)
     conventions = load_conventions(model_dir)
     run = sharded_dpo_run(cfg, conventions, launch or {})
     t0 = time.time()

@@ -11,6 +11,7 @@ import os
 
 from ..core.models import final_checkpoint
 from ..provenance import log_to
+from ..training.distributed import process_group
 from .dpo import train_dpo, train_dpo_sharded
 from .pipeline import preference_rows
 
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> None:
     model = a.model or final_checkpoint(a.manifest)
     train, held = preference_rows(a.train, cfg["train_pairs"]), preference_rows(a.eval, cfg["eval_pairs"])
     if world > 1:
-        train_dpo_sharded(model, train, held, a.out, cfg, a.seed, a.domains, json.loads(a.launch))
+        with process_group():  # each process on its own GPU, the group destroyed at the end
+            train_dpo_sharded(model, train, held, a.out, cfg, a.seed, a.domains, json.loads(a.launch))
     else:
         train_dpo(model, train, held, a.out, cfg, a.seed, a.domains)
 

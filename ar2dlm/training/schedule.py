@@ -1,5 +1,5 @@
-"""Learning-rate schedule and mixed-precision context shared by the training loops written
-here (AR pretraining, conversion)."""
+"""Learning-rate schedule and mixed-precision context of the training loop (``loop``: conversion
+runs and the AR teacher's pretraining)."""
 
 from __future__ import annotations
 

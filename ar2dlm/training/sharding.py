@@ -24,18 +24,27 @@ def decoder_layers(model) -> list:
     return list(getattr(model, "model", model).layers)
 
 
-def shard(model, dtype: str) -> None:
-    """Shard ``model`` in place across the process group: one FSDP unit per decoder layer, then the
-    root. A decoder without its LM head (a teacher read for hidden states) keeps its class:
-    transformers records hidden states by the model's class name, which ``fully_shard`` on the root
-    would change, so its embeddings are a unit of their own instead."""
+def device_mesh(pg):
+    """The one-dimensional device mesh of the run's processes (``distributed.ProcessGroup``), on
+    their own devices: FSDP2 places each rank's shard on the mesh's device of that rank, set
+    explicitly rather than taken from whichever device is current."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(pg.device.type, (pg.world,))
+
+
+def shard(model, dtype: str, mesh) -> None:
+    """Shard ``model`` in place across ``mesh``: one FSDP unit per decoder layer, then the root. A
+    decoder without its LM head (a teacher read for hidden states) keeps its class: transformers
+    records hidden states by the model's class name, which ``fully_shard`` on the root would
+    change, so its embeddings are a unit of their own instead."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if dtype == "bf16" else torch.float32,
                                   reduce_dtype=torch.float32)
     for layer in decoder_layers(model):
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(model if hasattr(model, "lm_head") else model.embed_tokens, mp_policy=policy)
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model if hasattr(model, "lm_head") else model.embed_tokens, mesh=mesh, mp_policy=policy)
 
 
 def is_sharded(model) -> bool:
@@ -59,11 +68,6 @@ def gathered(model):
     finally:
         model.reshard()
         model.set_reshard_after_forward(True)
-
-
-def barrier(world: int) -> None:
-    if world > 1:
-        torch.distributed.barrier()
 
 
 def exported_weights(model, dtype: str) -> dict | None:

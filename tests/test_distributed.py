@@ -1,0 +1,298 @@
+"""Each process owns its GPU before any CUDA work and every collective runs on it: proved on CPU
+under a strict fake of CUDA and NCCL (gloo on CPU accepts what NCCL on GPUs refuses, so the
+two-process tests in test_trainer.py alone cannot show it).
+
+The fake records every CUDA call; a tensor "on a GPU" is a CPU tensor that reports the GPU as its
+device (results of operations on it stay there, and mixing it with a CPU tensor fails as on CUDA);
+every collective refuses a tensor that is not on the GPU its communicator is bound to, with the
+error NCCL gives."""
+
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ar2dlm.core.precision import resolve_dtype
+from ar2dlm.training import distributed, sharding
+from ar2dlm.training.distributed import ProcessGroup, process_group
+
+LOCAL_RANK, WORLD = 1, 2
+_REAL_TO = torch.Tensor.to
+
+
+class OnGPU(torch.Tensor):
+    """A CPU tensor standing for one on ``gpu``."""
+
+    @staticmethod
+    def of(data: torch.Tensor, gpu) -> "OnGPU":
+        out = data.as_subclass(OnGPU)
+        out.gpu = torch.device(gpu)
+        return out
+
+    @property
+    def device(self):
+        return self.gpu
+
+    def plain(self) -> torch.Tensor:
+        return self.as_subclass(torch.Tensor)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        leaves, _ = tree_flatten((args, kwargs or {}))
+        gpus = {a.gpu for a in leaves if isinstance(a, OnGPU)}
+        if len(gpus) > 1 or any(type(a) is torch.Tensor and a.dim() > 0 for a in leaves):  # CUDA takes CPU scalars only
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices "
+                               f"({', '.join(map(str, gpus))} and cpu) in {getattr(func, '__name__', func)}")
+        args, kwargs = tree_map(lambda a: a.plain() if isinstance(a, OnGPU) else a, (args, kwargs or {}))
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        if func in (torch.Tensor.cpu, torch.Tensor.numpy):
+            return out
+        gpu = next(iter(gpus))
+        return tree_map(lambda o: OnGPU.of(o, gpu) if type(o) is torch.Tensor else o, out)
+
+
+class StrictNCCL:
+    """What the fake saw: ``calls`` in order; the device set, the one the group is bound to."""
+
+    def __init__(self):
+        self.calls, self.current, self.bound, self.initialized = [], None, None, False
+
+    def cuda(self, *call):
+        self.calls.append(call)
+
+    def on_bound_gpu(self, name, tensor):
+        """NCCL's refusal of a tensor off the communicator's GPU."""
+        self.calls.append((name, str(tensor.device)))
+        if not self.initialized:
+            raise RuntimeError(f"{name}: Default process group has not been initialized")
+        if not isinstance(tensor, OnGPU):
+            raise RuntimeError(f"{name}: No backend type associated with device type {tensor.device.type}")
+        if tensor.device != self.bound:
+            raise RuntimeError(f"{name}: tensor on {tensor.device}, the communicator is bound to {self.bound}")
+
+    def kinds(self) -> list[str]:
+        return [c[0] for c in self.calls]
+
+
+@pytest.fixture
+def strict_nccl(monkeypatch):
+    """Rank 1 of 2 on a node with GPUs, under torchrun with NCCL (faked)."""
+    fake = StrictNCCL()
+    for key, value in {"WORLD_SIZE": WORLD, "RANK": LOCAL_RANK, "LOCAL_RANK": LOCAL_RANK}.items():
+        monkeypatch.setenv(key, str(value))
+
+    def set_device(d):
+        fake.cuda("set_device", str(torch.device(d)))
+        fake.current = torch.device(d)
+
+    def capability(d=None):
+        fake.cuda("capability", str(d))
+        return 9, 0
+
+    cuda = {"is_available": lambda: True, "device_count": lambda: 8, "set_device": set_device,
+            "current_device": lambda: fake.cuda("current_device") or (fake.current or torch.device("cuda:0")).index,
+            "get_device_capability": capability, "synchronize": lambda d=None: fake.cuda("synchronize", str(d))}
+    for name, f in cuda.items():
+        monkeypatch.setattr(torch.cuda, name, f)
+
+    def on_cuda(device) -> bool:
+        return device is not None and torch.device(device).type == "cuda"
+
+    def creator(real):
+        def create(*args, device=None, **kwargs):
+            if not on_cuda(device):
+                return real(*args, device=device, **kwargs)
+            fake.cuda("alloc", str(torch.device(device)))
+            return OnGPU.of(real(*args, **kwargs), device)
+        return create
+
+    for name in ("tensor", "zeros", "ones", "full", "empty", "arange"):
+        monkeypatch.setattr(torch, name, creator(getattr(torch, name)))
+
+    def to(self, *args, **kwargs):
+        device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
+        data = self.plain() if isinstance(self, OnGPU) else self
+        moved = _REAL_TO(data, dtype=dtype) if dtype is not None else data
+        if on_cuda(device):
+            if not isinstance(self, OnGPU) or self.gpu != torch.device(device):
+                fake.cuda("to", str(torch.device(device)))
+            return OnGPU.of(moved, device)
+        if isinstance(self, OnGPU) and device is None:
+            return OnGPU.of(moved, self.gpu)
+        return moved
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+
+    def init_process_group(backend, device_id=None, timeout=None, **kw):
+        fake.calls.append(("init", backend, str(device_id), timeout))
+        if backend != "nccl" or device_id is None or torch.device(device_id) != fake.current:
+            raise RuntimeError(f"the NCCL group must be bound to the device set before it (set: {fake.current}, "
+                               f"bound: {device_id}, backend {backend})")
+        fake.bound, fake.initialized = torch.device(device_id), True
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        fake.on_bound_gpu("all_reduce", tensor)
+        if op == dist.ReduceOp.SUM:  # the other rank holds the same values
+            tensor.plain().mul_(WORLD)
+
+    def barrier(group=None, async_op=False, device_ids=None, timeout=None):
+        fake.calls.append(("barrier", device_ids))
+        if not fake.initialized or (device_ids is not None and device_ids != [fake.bound.index]):
+            raise RuntimeError(f"barrier on {device_ids}, the communicator is bound to {fake.bound}")
+
+    def all_gather_object(out, obj, group=None):  # NCCL sends the pickled object from the current device
+        fake.on_bound_gpu("all_gather_object", OnGPU.of(torch.empty(0), fake.current or "cuda:0"))
+        out[:] = [obj] * len(out)
+
+    def broadcast_object_list(objects, src=None, group=None, device=None, group_src=None):
+        fake.on_bound_gpu("broadcast_object_list", OnGPU.of(torch.empty(0), device or fake.current or "cuda:0"))
+
+    def destroy_process_group(group=None):
+        fake.calls.append(("destroy",))
+        fake.initialized = False
+
+    def init_device_mesh(device_type, shape, **kw):
+        fake.calls.append(("mesh", device_type, tuple(shape)))
+        if device_type != "cuda" or not fake.initialized:
+            raise RuntimeError(f"device mesh of {device_type} before the NCCL group")
+        return ("mesh", device_type, tuple(shape))
+
+    for name, f in {"is_initialized": lambda: fake.initialized, "init_process_group": init_process_group,
+                    "all_reduce": all_reduce, "barrier": barrier, "all_gather_object": all_gather_object,
+                    "broadcast_object_list": broadcast_object_list,
+                    "destroy_process_group": destroy_process_group}.items():
+        monkeypatch.setattr(dist, name, f)
+    monkeypatch.setattr(torch.distributed.device_mesh, "init_device_mesh", init_device_mesh)
+    return fake
+
+
+def assert_device_set_first(fake: StrictNCCL):
+    """set_device before the process group and before any CUDA allocation or move."""
+    kinds = fake.kinds()
+    first = kinds.index("set_device")
+    assert fake.calls[first] == ("set_device", f"cuda:{LOCAL_RANK}")
+    cuda_work = [i for i, k in enumerate(kinds) if k in ("alloc", "to", "init", "mesh", "capability")]
+    assert all(i > first for i in cuda_work), fake.calls
+
+
+def test_the_fake_refuses_what_nccl_refuses(strict_nccl):
+    """The fake can fail: a CPU tensor, a tensor on another GPU, a group not bound to the device set."""
+    with pytest.raises(RuntimeError, match="not been initialized"):
+        dist.all_reduce(torch.tensor([1.0], device=f"cuda:{LOCAL_RANK}"))
+    with pytest.raises(RuntimeError, match="bound to the device set before it"):
+        dist.init_process_group("nccl", device_id=torch.device(f"cuda:{LOCAL_RANK}"))  # set_device never called
+    torch.cuda.set_device(torch.device(f"cuda:{LOCAL_RANK}"))
+    dist.init_process_group("nccl", device_id=torch.device(f"cuda:{LOCAL_RANK}"), timeout=timedelta(minutes=1))
+    with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
+        dist.all_reduce(torch.tensor([1.0]))  # what segment_ends all-reduced before
+    with pytest.raises(RuntimeError, match="bound to cuda:1"):
+        dist.all_reduce(torch.tensor([1.0], device="cuda:0"))
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.tensor([1.0, 2.0], device="cuda:1") + torch.tensor([1.0, 2.0])
+
+
+class _Decoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
+        self.lm_head = torch.nn.Linear(2, 2)
+
+
+def test_each_rank_owns_its_gpu_before_any_cuda_work(strict_nccl, monkeypatch):
+    """The device is set from LOCAL_RANK first, the NCCL group is bound to it with an explicit
+    timeout, ``auto`` resolves on that device (never GPU 0), FSDP2's mesh is explicit and on CUDA,
+    and the group is destroyed at the end."""
+    import torch.distributed.fsdp as fsdp
+
+    placed = []
+    monkeypatch.setattr(fsdp, "fully_shard", lambda module, **kw: placed.append(kw.get("mesh")))
+    with process_group() as pg:
+        assert pg == ProcessGroup(WORLD, LOCAL_RANK, torch.device(f"cuda:{LOCAL_RANK}")) and pg.backend == "nccl"
+        assert resolve_dtype("auto", pg.device) == "bf16"
+        sharding.shard(_Decoder(), "bf16", sharding.device_mesh(pg))
+    assert placed == [("mesh", "cuda", (WORLD,))] * 3  # each layer and the root on the explicit mesh
+    init = next(c for c in strict_nccl.calls if c[0] == "init")
+    assert init == ("init", "nccl", f"cuda:{LOCAL_RANK}", distributed.COLLECTIVE_TIMEOUT)
+    assert ("capability", f"cuda:{LOCAL_RANK}") in strict_nccl.calls
+    assert strict_nccl.kinds()[-1] == "destroy"
+    assert_device_set_first(strict_nccl)
+
+
+def test_the_process_group_is_destroyed_on_an_exception_by_the_block_that_started_it(strict_nccl):
+    with pytest.raises(KeyError):
+        with process_group():
+            with process_group():  # a nested block uses its caller's group
+                pass
+            assert "destroy" not in strict_nccl.kinds()
+            raise KeyError("a failed step")
+    assert strict_nccl.kinds().count("destroy") == 1 and not dist.is_initialized()
+
+
+def test_every_collective_of_the_loop_runs_on_the_ranks_gpu(strict_nccl):
+    """The loop's finite check, loss values, FLOP sums, segment end and barrier; the checkpoints'
+    object gathers; the objectives' whole-batch counts: each on cuda:LOCAL_RANK (two ranks holding
+    the same values, so sums double and means stay)."""
+    import time
+
+    from ar2dlm.training.objectives import _whole_batch_count
+
+    with process_group() as pg:
+        gpu = pg.device
+        assert distributed.all_finite(torch.tensor(2.5, device=gpu), pg)
+        assert not distributed.all_finite(torch.tensor(float("nan"), device=gpu), pg)
+        terms = {"diffusion": torch.tensor(1.5, device=gpu), "align": torch.tensor(0.25, device=gpu)}
+        assert distributed.whole_batch_values(terms, pg) == {"diffusion": 1.5, "align": 0.25}
+        assert distributed.summed([1.0, 2.0, 0.0], pg) == [2.0, 4.0, 0.0]
+        assert not distributed.segment_ends(time.time(), 10.0, 1.0, pg)
+        assert distributed.segment_ends(time.time() - 3590, 10.0, 1.0, pg)
+        distributed.barrier(pg)
+        assert distributed.gathered({"a": 1}, pg) == [{"a": 1}] * WORLD
+        assert distributed.from_main([3], pg) == [3]
+        assert int(_whole_batch_count(torch.ones(3, device=gpu), WORLD)) == 3 * WORLD
+    collectives = [c for c in strict_nccl.calls if c[0] in ("all_reduce", "all_gather_object", "broadcast_object_list")]
+    assert len(collectives) == 9 and all(c[1] == f"cuda:{LOCAL_RANK}" for c in collectives)
+    assert ("barrier", [LOCAL_RANK]) in strict_nccl.calls
+    assert_device_set_first(strict_nccl)
+
+
+def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_tokenizer, tmp_path, monkeypatch):
+    """The trainer's first CUDA work (the frozen teacher's move to its GPU) comes after the device
+    is set and the group bound; the group is destroyed when the run fails."""
+    from ar2dlm.core.models import build_qwen3, save_model
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.pipeline.runs import resolve_run
+    from ar2dlm.provenance import write_jsonl
+    from ar2dlm.training.teacher import ar_conventions
+    from ar2dlm.training.trainer import train_run
+    from tests.conftest import REPO
+
+    class FirstMove(Exception):
+        pass
+
+    real_to = torch.nn.Module.to
+
+    def module_to(self, *args, **kwargs):
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]
+        if device is None or device.type != "cuda":
+            return real_to(self, *args, **kwargs)
+        strict_nccl.cuda("module.to", str(device))
+        raise FirstMove
+
+    tok, docs = smoke_tokenizer
+    arch = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "max_position_embeddings": 256}
+    save_model(build_qwen3(arch, tok), tok, tmp_path / "teacher", {**ar_conventions(tok), "method": "test"})
+    write_jsonl(tmp_path / "corpus.jsonl", docs)
+    run = resolve_run(merge_preset({"preset": "smoke"}, REPO / "config"), "ra")
+    run["training"].update({"batch_size": 8, "grad_accum": 1, "seq_len": 64, "dtype": "auto"})
+    monkeypatch.setattr(torch.nn.Module, "to", module_to)
+    with pytest.raises(FirstMove):
+        train_run(run, tmp_path / "teacher", tmp_path / "corpus.jsonl", tmp_path / "out", seed=0, preset="smoke",
+                  model_name="tiny")
+    kinds = strict_nccl.kinds()
+    assert kinds.index("set_device") < kinds.index("init") < kinds.index("module.to") < kinds.index("destroy")
+    assert ("module.to", f"cuda:{LOCAL_RANK}") in strict_nccl.calls
+    assert_device_set_first(strict_nccl)
