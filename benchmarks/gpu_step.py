@@ -1,6 +1,6 @@
 """One GPU, real Qwen3 widths (random init): bf16 training steps per method, tokens/s, MFU and peak
-memory against the planner, and flex attention BlockMasks against dense 2L masks (loss and
-gradients). Run by ``benchmarks/gpu_check.sh``; prints one JSON line per case and a Markdown table.
+memory against the planner; prints one JSON line per case and a Markdown table. ``benchmarks/gpu_check.py``
+runs its steps for the memory check (and compares flex attention with dense masks).
 
     python benchmarks/gpu_step.py [--shapes 0.6b 1.7b] [--seq 2048] [--rows 2] [--peak-tflops 989]
 """
@@ -21,9 +21,9 @@ HUB = {"0.6b": "Qwen/Qwen3-0.6B-Base", "1.7b": "Qwen/Qwen3-1.7B-Base"}
 METHOD_RUNS = {"mdlm": "mdlm", "repr_align": "ra", "efficient_dlm": "ed", "opdlm (off-policy)": "opd_off"}
 
 
-def build(shape, attn: str):
+def build(shape, attn: str, dtype=torch.float32):
     torch.manual_seed(0)
-    model = random_qwen3(vars(shape)).cuda()
+    model = random_qwen3(vars(shape)).to(dtype).cuda()
     model.set_attn_implementation(attn)
     return model
 
@@ -41,7 +41,7 @@ def step_case(shape, run, rows, seq, attn, steps=4):
     objective = objective_for(run, Conventions(run["attention"], run["shift"], shape.vocab - 1, 1, 2, run["block_size"]), 0)
     teacher = None
     if objective.needs_teacher:
-        t = build(shape, "sdpa").to(torch.bfloat16)
+        t = build(shape, "sdpa", torch.bfloat16)  # the trainer loads a bf16 run's teacher in bf16
         teacher = (t if objective.teacher_head else t.model).eval().requires_grad_(False)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
     gen = torch.Generator().manual_seed(0)
@@ -60,42 +60,12 @@ def step_case(shape, run, rows, seq, attn, steps=4):
         torch.cuda.synchronize()
         times.append(time.time() - t0)
     dt = sorted(times[1:])[len(times[1:]) // 2]
-    run = {**run, "training": {**run["training"], "batch_size": rows}}
+    run = {**run, "training": {**run["training"], "batch_size": rows, "dtype": "bf16"}}  # as the steps ran
     flops = step_flops(shape, run, True)
     est = peak(estimate(shape, run, Launch(1, 1, rows, True, False)))
     del model, teacher, opt
     return {"tokens_per_s": objective.trained_tokens(mb, 0) / dt, "step_s": dt, "tflops": flops / dt / 1e12,
             "peak_gb": torch.cuda.max_memory_allocated() / 1e9, "planner_gb": est / 1e9, "loss": float(loss)}
-
-
-def flex_vs_dense(shape, rows, seq):
-    """The efficient_dlm 2L loss and its gradients through flex BlockMasks and dense masks."""
-    from ar2dlm.core.conventions import Conventions
-    from ar2dlm.training.data import MicroBatch
-    from ar2dlm.training.objectives import objective_for
-
-    run = case_run("ed", rows, seq, False)
-    conv = Conventions("block", False, shape.vocab - 1, 1, 2, run["block_size"])
-    ids = torch.randint(3, shape.vocab - 1, (rows, seq), generator=torch.Generator().manual_seed(1))
-    mb = MicroBatch(ids, torch.ones_like(ids), torch.zeros(rows, dtype=torch.long), torch.arange(rows), 1, 0).to("cuda")
-    out = {}
-    for attn in ("sdpa", "flex_attention"):
-        model = build(shape, attn)
-        torch.cuda.reset_peak_memory_stats()
-        torch.cuda.synchronize()
-        t0 = time.time()
-        loss = objective_for(run, conv, 0).terms(model, None, mb, 0, torch.Generator().manual_seed(7))["diffusion"]
-        loss.backward()
-        torch.cuda.synchronize()
-        grads = torch.cat([p.grad.flatten().float() for p in model.parameters() if p.grad is not None])
-        out[attn] = {"loss": float(loss), "grads": grads.cpu(), "s": time.time() - t0,
-                     "peak_gb": torch.cuda.max_memory_allocated() / 1e9}
-        del model
-    g0, g1 = out["sdpa"]["grads"], out["flex_attention"]["grads"]
-    return {"loss_dense": out["sdpa"]["loss"], "loss_flex": out["flex_attention"]["loss"],
-            "grad_rel_diff": float((g0 - g1).norm() / g0.norm()), "dense_s": out["sdpa"]["s"],
-            "flex_s": out["flex_attention"]["s"], "dense_peak_gb": out["sdpa"]["peak_gb"],
-            "flex_peak_gb": out["flex_attention"]["peak_gb"]}
 
 
 def main():
@@ -110,8 +80,6 @@ def main():
     rows = []
     for name in args.shapes:
         shape = QWEN3_SHAPES[HUB[name]]
-        check = flex_vs_dense(shape, 1, 1024)
-        print(json.dumps({"shape": name, "flex_vs_dense": check}), flush=True)
         for method, run_name in METHOD_RUNS.items():
             run = case_run(run_name, args.rows, args.seq, True)
             r = {"shape": name, "method": method, **step_case(shape, run, args.rows, args.seq, "flex_attention")}

@@ -1,0 +1,851 @@
+"""The GPU check: one script, offline, that exits non-zero when a CUDA path of the pipeline is broken.
+
+    python benchmarks/gpu_check.py --out gpu_check.json                     # one GPU: at most 8 minutes
+    python benchmarks/gpu_check.py --device cpu --quick --out check.json    # what a CPU runs (the tests)
+
+It installs and downloads nothing: it runs in the environment it is given, with the Hugging Face hub
+set offline, and stops before any work (exit 2) naming a package the environment lacks, or a CUDA
+device it does not see. Every model starts from a small Qwen3 teacher written here (a byte-level BPE
+tokenizer trained on the synthetic corpus, a few layers pretrained for a few steps on the CPU so that
+its predictions depend on their context: ``SIZES``), so what it checks is that each path runs on the
+device and computes what its reference computes, not model quality.
+
+Each check is one assertion with its tolerance. The table printed at the end (and ``--out``, as
+JSON) gives every check's PASS / FAIL / SKIP, the measured values, the criterion and its seconds;
+the exit status is 1 when any check fails or is not reached (an exception, a missing input, the
+time budget spent). SKIP only on a CPU, for what a CPU cannot run (``Stage.cpu_skip``).
+
+Stages, through the project's own entry points (``python -m ar2dlm.training.convert_run``,
+``python -m ar2dlm.armap.dpo_run``, ``ar2dlm.armap.pipeline.search``):
+
+- train: one conversion per method family (mdlm; repr_align, whose alignment reads the frozen
+  teacher; efficient_dlm, block attention in the 2L layout; opdlm, on-policy distillation from the
+  student's own rollouts), bf16 autocast, flex attention on CUDA (the trainer's choice there);
+- resume: the mdlm run in a subprocess, SIGKILLed once its first checkpoint is written, resumed from
+  the DCP trainer state and compared with the uninterrupted run;
+- two_process: torchrun with two processes on gloo with CUDA hidden (NCCL refuses two ranks on one
+  GPU and the trainer binds rank r to ``cuda:r``), FSDP2 sharded, against one process on the device;
+  its step checkpoint resumed by one process on the device (DCP resharded 2 -> 1, CPU -> device);
+- decode: the efficient_dlm checkpoint decoded with the exact block KV cache and without, in float64
+  so cached and recomputed logits agree to ~1e-12 and the equality criterion of
+  ``tests/test_sampling.py`` (the same tokens) is not at the mercy of near-ties;
+- dpo: one LoRA DPO step through TRL on the AR teacher (AR-MAP's preference vector) and on the mdlm
+  DLM (the ELBO DPO baseline);
+- gamma: one gamma-search point merging that vector into the DLM;
+- flex (CUDA only: flex attention has no CPU backward): the mdlm and efficient_dlm losses and their
+  gradients through flex attention BlockMasks against dense masks (sdpa), in fp32;
+- memory: a training step's measured peak (CUDA: ``torch.cuda.max_memory_allocated``; CPU: the
+  process's peak resident size, ``benchmarks/train_memory.py``) against ``ar2dlm.plan.memory``.
+
+What it cannot cover on one GPU: NCCL collectives, the placement of ranks on their own GPUs and
+FSDP2's bf16 all-gathers on GPUs (the two-process case runs on gloo, on the host's CPU), several
+nodes, and model sizes beyond the 0.6B shape of the memory cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))  # train_memory: the CPU memory measurement and its random Qwen3
+REQUIRED = ("torch", "transformers", "tokenizers", "safetensors", "datasets", "trl", "peft", "yaml", "ar2dlm")
+BUDGET_S = 480  # the whole check on one H200
+
+# Sizes: the check trains a 4-layer, 512-wide Qwen3 (head width 128, as every Qwen3; a 2,048-token
+# vocabulary) on 8 rows of 256 tokens for 8 steps, its teacher pretrained for 100 steps on the CPU;
+# --quick (the CPU test) a 2-layer, 64-wide one. The memory cases use the real Qwen3-0.6B widths
+# (vocabulary 151,936) on CUDA, the 768-wide case of benchmarks/train_memory.py on a CPU.
+SIZES = {
+    "full": {"arch": {"hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 4, "num_attention_heads": 4,
+                      "num_key_value_heads": 2, "max_position_embeddings": 1024},
+             "vocab": 2048, "seq_len": 256, "batch_size": 8, "steps": 8, "checkpoint_every": 4, "rollout_length": 32,
+             "dpo_max_length": 128, "prompt_tokens": 24, "decode_blocks": 4,
+             "pretrain": {"steps": 100, "batch_size": 8, "seq_len": 128, "lr": 3e-3}},
+    "quick": {"arch": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "num_key_value_heads": 2, "max_position_embeddings": 256},
+              "vocab": 512, "seq_len": 64, "batch_size": 4, "steps": 6, "checkpoint_every": 2, "rollout_length": 8,
+              "dpo_max_length": 64, "prompt_tokens": 12, "decode_blocks": 2,
+              "pretrain": {"steps": 40, "batch_size": 8, "seq_len": 64, "lr": 3e-3}},
+}
+QWEN3_06B = "Qwen/Qwen3-0.6B-Base"
+WIDE = {"hidden": 768, "layers": 4, "heads": 12, "kv_heads": 4, "head_dim": 64, "intermediate": 2048, "vocab": 65536,
+        "tied": False}
+MEMORY_CASES = {  # (device, quick) -> cases: a method's run of the tiny preset at a shape, rows x seq
+    ("cuda", False): [("efficient_dlm", QWEN3_06B, 2, 2048), ("repr_align", QWEN3_06B, 2, 2048)],
+    ("cuda", True): [("efficient_dlm", QWEN3_06B, 1, 1024), ("repr_align", QWEN3_06B, 1, 1024)],
+    ("cpu", False): [("efficient_dlm", WIDE, 2, 512)],
+    ("cpu", True): [("efficient_dlm", WIDE, 2, 256)],
+}
+FAMILIES = {"mdlm": "mdlm", "repr_align": "ra", "efficient_dlm": "ed", "opdlm": "opd"}  # family -> tiny preset run
+TERMS = {"mdlm": ("diffusion",), "repr_align": ("diffusion", "align"), "efficient_dlm": ("diffusion",),
+         "opdlm": ("distill",)}
+# The first step's loss against fp32 on the CPU (same weights, batch and masks): bf16 autocast moved it
+# by 1.5e-4 to 5.4e-4 on a CPU (the quick sizes). It catches a device run that computes something else
+# (data, weights, dtype path); a subtly wrong mask moves a loss by less (flex: below). Not opdlm: its
+# rollouts' tokens are argmax decisions of a barely trained model, which bf16 may flip (another batch,
+# not a wrong one).
+REFERENCED = ("mdlm", "repr_align", "efficient_dlm")
+FLEX_FAMILIES = ("efficient_dlm", "mdlm")  # the 2L block mask and the bidirectional one, with padding
+FIRST_LOSS_TOL = 1e-2
+# Resume on CPU: bitwise (the trainer's promise, tests/test_trainer.py). On CUDA, bf16 with atomics in
+# some backward kernels: losses within 1% per step and the final weights within 5% of the training's own
+# change (a resume that lost the mask stream moved them by 55% and 26% at the quick sizes).
+RESUME_TOL = {"cpu": (0.0, 0.0), "cuda": (1e-2, 5e-2)}  # (loss relative, weights relative to their change)
+# Two processes (gloo, CPU, fp32) against one on the device (fp32): CPU 1e-4 as tests/test_trainer.py;
+# CUDA adds CPU-vs-GPU kernels (fp32, no TF32) compounded over the steps.
+TWO_PROCESS_TOL = {"cpu": (1e-4, 1e-3), "cuda": (1e-3, 2e-2)}
+# fp32: loss relative, gradients relative L2. A 2L mask letting noisy blocks see earlier noisy blocks moved
+# them by 8e-4 and 0.16 (quick sizes, dense masks both sides); fp32 kernels differ by ~1e-7.
+FLEX_TOL = (1e-4, 1e-3)
+MEMORY_TOL = 0.25  # the planner's estimate within 25% of the measured peak
+MERGE_TOL = 1e-5  # gamma merge against dlm + gamma * (dpo - teacher), fp32, absolute
+TIMED_OUT = "not run: the time budget ({:.0f} s) was spent"
+
+
+class Missing(RuntimeError):
+    """An input a stage reads that an earlier stage did not produce."""
+
+
+@dataclass
+class Result:
+    check: str
+    stage: str
+    status: str  # PASS, FAIL, SKIP
+    measured: str
+    criterion: str
+    seconds: float
+
+
+@dataclass
+class Context:
+    device: str
+    quick: bool
+    work: Path
+    budget_s: float
+    inject: str | None
+    start: float = field(default_factory=time.time)
+    results: dict = field(default_factory=dict)
+    artifacts: dict = field(default_factory=dict)
+    stage: str = ""
+    stage_start: float = 0.0
+    perturbed: set = field(default_factory=set)
+
+    @property
+    def sizes(self) -> dict:
+        return SIZES["quick" if self.quick else "full"]
+
+    def remaining(self) -> float:
+        return self.budget_s - (time.time() - self.start)
+
+    def need(self, key: str):
+        if key not in self.artifacts:
+            why = self.artifacts.get("prepare_error") or "an earlier stage did not produce it"
+            raise Missing(f"not run: needs {key}: {why}")
+        return self.artifacts[key]
+
+    def expect(self, check: str, ok: bool, measured: str, criterion: str) -> None:
+        self.results[check] = Result(check, self.stage, "PASS" if ok else "FAIL", measured, criterion,
+                                     round(time.time() - self.stage_start, 1))
+        print(f"[{self.results[check].status}] {check}: {measured} ({criterion})", flush=True)
+
+    def perturb(self, check: str, value):
+        """``value`` as measured, or altered when ``--inject-failure`` names ``check`` (to show that its
+        comparison fails): tensors shifted by a tenth of their spread, numbers by half, token lists by
+        one token."""
+        if self.inject != check:
+            return value
+        import torch
+
+        self.perturbed.add(check)
+        if isinstance(value, dict):
+            return {k: v + 0.1 * (v.std() + 1e-3) if torch.is_floating_point(v) else v for k, v in value.items()}
+        if isinstance(value, list) and value and isinstance(value[0], list):
+            return [[value[0][0] + 1, *value[0][1:]], *value[1:]]
+        if isinstance(value, list):
+            return [x * 1.5 + 1.0 for x in value]
+        return value * 1.5 + 1.0
+
+    def fail_unreported(self, checks, reason: str) -> None:
+        for check in checks:
+            if check not in self.results:
+                self.results[check] = Result(check, self.stage, "FAIL", "", reason,
+                                             round(time.time() - self.stage_start, 1))
+
+    def guarded(self, checks, fn, *args) -> None:
+        """``fn(*args)``; when it raises, those of ``checks`` it has not reported fail with the reason
+        (the other checks of the stage still run)."""
+        try:
+            fn(*args)
+            return
+        except Missing as exc:
+            reason = str(exc)
+        except Exception as exc:
+            traceback.print_exc()
+            reason = describe(exc)
+        self.fail_unreported(checks, reason)
+
+
+def describe(exc: BaseException) -> str:
+    """An exception in one line: its type, its message's first line and, for a long message (a
+    subprocess's output), its last."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    text = " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else ""
+    return f"{type(exc).__name__}: {text}"[:400]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    checks: tuple[str, ...]
+    run: Callable[[Context], None]
+    needs: tuple[str, ...] = ()  # stages whose outputs it reads
+    cpu_skip: str | None = None  # why a CPU cannot run it
+    inputs: bool = True  # reads the tokenizer, corpus and teacher ``prepare`` writes
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+def subprocess_env(**extra) -> dict:
+    """This checkout first on the path, the hub offline (nothing is downloaded)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1", **extra}
+
+
+def prepare(ctx: Context) -> None:
+    """Tokenizer, corpus, preference pairs and the AR teacher (pretrained here on the CPU for a few steps, so
+    its predictions depend on their context), written under ``work``."""
+    from ar2dlm.data.code_suite import generate_code_suite
+    from ar2dlm.data.corpus import suite_documents
+    from ar2dlm.data.math_suite import generate_math_suite
+    from ar2dlm.data.preferences import make_preferences
+    from ar2dlm.data.tokenization import train_bpe_tokenizer
+    from ar2dlm.provenance import write_jsonl
+    from ar2dlm.training.teacher import pretrain_teacher
+
+    s = ctx.sizes
+    code, _ = generate_code_suite(200 if ctx.quick else 400, 1, 0.2, 0)
+    maths, _ = generate_math_suite(200 if ctx.quick else 400, 1, 0)
+    docs = suite_documents(code, maths)
+    tok = train_bpe_tokenizer((d["prompt"] + d["completion"] for d in docs), s["vocab"], ctx.work / "tokenizer")
+    write_jsonl(ctx.work / "corpus.jsonl", docs)
+    teacher = ctx.work / "teacher"
+    pretrain = {**s["pretrain"], "warmup_steps": 10, "weight_decay": 0.1, "grad_clip": 1.0, "dtype": "auto",
+                "log_every": 10}
+    info = pretrain_teacher({"arch": s["arch"], "pretrain": pretrain}, ctx.work / "tokenizer",
+                            ctx.work / "corpus.jsonl", teacher, ctx.work / "teacher_loss.csv", 0, "gpu_check")
+    print(f"teacher: {info['parameters']} parameters, pretrained {s['pretrain']['steps']} steps on the CPU to loss "
+          f"{info['data']['final_train_loss']}", flush=True)
+    pairs = make_preferences("math", maths, 8, 0, "train")
+    write_jsonl(ctx.work / "prefs_train.jsonl", pairs[:4])
+    write_jsonl(ctx.work / "prefs_eval.jsonl", pairs[4:])
+    ctx.artifacts.update(teacher=teacher, corpus=ctx.work / "corpus.jsonl", tokenizer=tok, docs=docs)
+
+
+def run_settings(ctx: Context, family: str, dtype: str) -> dict:
+    """The tiny preset's run of ``family``, at this check's sizes."""
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.pipeline.runs import resolve_run
+
+    s = ctx.sizes
+    run = resolve_run(merge_preset({"preset": "tiny"}, REPO / "config"), FAMILIES[family])
+    run["training"].update({"steps": s["steps"], "batch_size": s["batch_size"], "grad_accum": 1,
+                            "seq_len": s["seq_len"], "lr": 3e-3, "warmup_steps": 1, "dtype": dtype,
+                            "checkpoint_every": s["checkpoint_every"], "log_every": 1})
+    if run["distill"] is not None:
+        run["distill"].update({"rollout_length": s["rollout_length"], "curriculum": None})
+    return run
+
+
+def convert_argv(ctx: Context, run: dict, out: Path) -> list[str]:
+    """``ar2dlm.training.convert_run``'s command line for ``run`` into ``out`` (its train.json)."""
+    return ["--settings", json.dumps(run), "--teacher", str(ctx.need("teacher")), "--corpus", str(ctx.need("corpus")),
+            "--out", str(out / "train.json"), "--seed", "0", "--preset", "gpu_check", "--model", "random_qwen3"]
+
+
+def convert(ctx: Context, run: dict, out: Path) -> dict:
+    """One conversion through the trainer's command line, in this process; returns its manifest."""
+    from ar2dlm.provenance import read_json
+    from ar2dlm.training.convert_run import main
+
+    main(convert_argv(ctx, run, out))
+    return read_json(out / "train.json")
+
+
+def run_log(out: Path) -> list[dict]:
+    from ar2dlm.provenance import read_jsonl
+
+    return read_jsonl(out / "log.jsonl")
+
+
+def weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
+
+
+def final_weights(out: Path) -> dict:
+    from ar2dlm.pipeline.layout import final_checkpoint
+
+    return weights(final_checkpoint(out / "train.json"))
+
+
+def max_rel(a: list[float], b: list[float]) -> float:
+    """Largest relative difference of two equally long series (inf when their lengths differ)."""
+    if len(a) != len(b):
+        return math.inf
+    return max((abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b)), default=0.0)
+
+
+def weights_rel(a: dict, b: dict, init: dict) -> float:
+    """||a - b|| / ||b - init|| over all tensors: how far two trained models are apart, relative to
+    how far training moved them."""
+    import torch
+
+    if set(a) != set(b):
+        return math.inf
+    diff = math.sqrt(sum(float((a[k] - b[k]).double().pow(2).sum()) for k in a))
+    moved = math.sqrt(sum(float((b[k] - init[k]).double().pow(2).sum()) for k in b if k in init))
+    return 0.0 if diff == 0 else diff / max(moved, float(torch.finfo(torch.float32).tiny))
+
+
+def relative_within(value: float, tol: float) -> bool:
+    return value == 0.0 if tol == 0.0 else value <= tol
+
+
+# ---------------------------------------------------------------------------------------------- stages
+
+def train_stage(ctx: Context) -> None:
+    """One conversion per family, bf16, through the trainer's command line."""
+    try:
+        reference = reference_losses(ctx)
+    except Exception as exc:  # the device runs still go ahead: the stages after them read their checkpoints
+        traceback.print_exc()
+        reference = {f: f"the fp32 CPU reference failed ({describe(exc)})" for f in REFERENCED}
+    for family in FAMILIES:
+        ctx.guarded((f"train_{family}",), train_family, ctx, family, reference.get(family))
+    ctx.guarded(("on_policy_rollouts",), check_rollouts, ctx)
+
+
+def train_family(ctx: Context, family: str, reference: float | str | None) -> None:
+    out = ctx.work / "train" / family
+    run = run_settings(ctx, family, "bf16")
+    info = convert(ctx, run, out)
+    ctx.artifacts[f"run:{family}"] = (run, out)
+    check_training(ctx, family, info, out, run, reference)
+
+
+def check_rollouts(ctx: Context) -> None:
+    log = run_log(ctx.need("run:opdlm")[1])
+    rollout = [r["flops_rollout"] for r in log]
+    ctx.expect("on_policy_rollouts", all(f > 0 for f in rollout) and all(math.isfinite(r["distill"]) for r in log),
+               f"{len(log)} steps, rollout forwards {min(rollout):.3g}-{max(rollout):.3g} FLOPs per step",
+               "every opdlm step decodes rollouts with the student (rollout FLOPs > 0) and its distill term is finite")
+
+
+def reference_losses(ctx: Context) -> dict[str, float]:
+    """The first step's loss of each family with a reference (``REFERENCED``) in fp32 on the CPU, eager
+    attention: the same weights, batch and masks (drawn on the CPU) as the device's first step."""
+    runs = {f: run_settings(ctx, f, "fp32") for f in REFERENCED}
+    for run in runs.values():
+        run["training"]["steps"] = 1
+    argvs = [convert_argv(ctx, run, ctx.work / "reference" / f) for f, run in runs.items()]
+    if ctx.device == "cpu":
+        from ar2dlm.training.convert_run import main
+
+        for argv in argvs:
+            main(argv)
+    else:  # a CPU process beside this one's GPU
+        script = "import json, sys\nfrom ar2dlm.training.convert_run import main\nfor a in json.loads(sys.argv[1]): " \
+                 "main(a)"
+        proc = subprocess.run([sys.executable, "-c", script, json.dumps(argvs)], cwd=REPO, capture_output=True,
+                              text=True, timeout=max(30.0, ctx.remaining()),
+                              env=subprocess_env(CUDA_VISIBLE_DEVICES=""))
+        if proc.returncode:
+            raise RuntimeError(f"the CPU reference runs failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return {f: run_log(ctx.work / "reference" / f)[0]["loss"] for f in runs}
+
+
+def check_training(ctx: Context, family: str, info: dict, out: Path, run: dict, reference: float | str | None) -> None:
+    """A run's log, checkpoint and dtype; its first loss against the fp32 CPU reference (a number, or
+    why there is none) where the family has one."""
+    from ar2dlm.core.models import load_model
+    from ar2dlm.pipeline.layout import final_checkpoint
+
+    log = run_log(out)
+    steps = run["training"]["steps"]
+    finite = all(math.isfinite(r[t]) for r in log for t in ("loss", "grad_norm", *TERMS[family]))
+    load_model(final_checkpoint(out / "train.json"), device="cpu")  # its recorded sha256 and finite weights
+    init, trained = weights(ctx.need("teacher")), final_weights(out)
+    moved = max(float((trained[k] - init[k]).abs().max()) for k in init if k in trained)
+    dtype = info["versions"]["machine"].get("dtype")
+    ok = [r["step"] for r in log] == list(range(steps)) and finite and moved > 0 and dtype == "bf16"
+    measured = f"{len(log)} steps, loss {log[0]['loss']:.4f} -> {log[-1]['loss']:.4f}, max |dW| {moved:.2e}, {dtype}"
+    criterion = f"{steps} logged steps; loss, grad norm and {'+'.join(TERMS[family])} finite; weights moved; bf16"
+    if family in REFERENCED:
+        criterion += f"; first loss within {FIRST_LOSS_TOL:g} relative of fp32 on the CPU"
+        if isinstance(reference, str) or reference is None:
+            ok, measured = False, f"{measured}; {reference or 'no fp32 CPU reference'}"
+        else:
+            diff = abs(ctx.perturb(f"train_{family}", log[0]["loss"]) - reference) / abs(reference)
+            ok = ok and diff <= FIRST_LOSS_TOL
+            measured += f"; fp32 CPU first loss {reference:.4f} ({diff:.1e})"
+    ctx.expect(f"train_{family}", ok, measured, criterion)
+
+
+def resume_stage(ctx: Context) -> None:
+    """The mdlm run killed after its first checkpoint and resumed, against the uninterrupted run."""
+    run, straight = ctx.need("run:mdlm")
+    out = ctx.work / "resume" / "killed"
+    steps, first = run["training"]["steps"], run["training"]["checkpoint_every"]
+    killed_at = kill_after_checkpoint(ctx, run, out, first)
+    info = convert(ctx, run, out)
+    loss_tol, weight_tol = RESUME_TOL[ctx.device]
+    resumed = [r["loss"] for r in run_log(out)]
+    loss_diff = max_rel(ctx.perturb("resume_losses", resumed), [r["loss"] for r in run_log(straight)])
+    ok = info["resumed_from"] == killed_at and [r["step"] for r in run_log(out)] == list(range(steps))
+    ctx.expect("resume_losses", ok and relative_within(loss_diff, loss_tol),
+               f"killed after step {killed_at} of {steps}, resumed from {info['resumed_from']}, "
+               f"max loss difference {loss_diff:.2e}",
+               f"resumes from the checkpoint it was killed after; every step logged once; losses within "
+               f"{'bitwise' if loss_tol == 0 else f'{loss_tol:g} relative'} of the uninterrupted run")
+    diff = weights_rel(ctx.perturb("resume_weights", final_weights(out)), final_weights(straight),
+                       weights(ctx.need("teacher")))
+    ctx.expect("resume_weights", relative_within(diff, weight_tol), f"relative difference {diff:.2e}",
+               "final weights " + ("bitwise equal to" if weight_tol == 0 else
+                                   f"within {weight_tol:g} of the training's change of") + " the uninterrupted run's")
+
+
+def kill_after_checkpoint(ctx: Context, run: dict, out: Path, step: int) -> int:
+    """Run ``run`` in a subprocess, SIGKILL it once the trainer state of ``step`` is written (checkpoints
+    appear whole: the trainer renames a finished folder into place); return its last resumable step."""
+    from ar2dlm.pipeline.layout import checkpoint_dirs
+
+    out.mkdir(parents=True, exist_ok=True)
+    marker = out / f"step_{step}" / "trainer_state.pt"
+    with open(out.parent / "killed.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ar2dlm.training.convert_run", *convert_argv(ctx, run, out)],
+                                cwd=REPO, env=subprocess_env(), stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.time() + max(60.0, ctx.remaining())
+        while not marker.exists() and proc.poll() is None:
+            if time.time() > deadline:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"no checkpoint of step {step} within the time budget")
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        code = proc.wait()
+    if code != -signal.SIGKILL:
+        tail = (out.parent / "killed.log").read_text()[-2000:]
+        raise RuntimeError(f"the run to kill ended by itself (exit {code}) before it could be killed:\n{tail}")
+    done = [k for k, p in checkpoint_dirs(out).items() if (p / "trainer_state.pt").is_file()]
+    if not done or max(done) >= run["training"]["steps"]:
+        raise RuntimeError(f"killed with checkpoints {sorted(done)} of {run['training']['steps']} steps: not mid-run")
+    return max(done)
+
+
+def two_process_stage(ctx: Context) -> None:
+    """torchrun, two CPU processes on gloo (FSDP2), against one process on the device; the two-process
+    checkpoint resumed by one process on the device."""
+    run = run_settings(ctx, "mdlm", "fp32")
+    root = ctx.work / "two_process"
+    two, one, cut = root / "two", root / "one", root / "cut"
+    threads = str(max(1, (os.cpu_count() or 2) // 2))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "ar2dlm.training.convert_run", *convert_argv(ctx, run, two)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=max(30.0, ctx.remaining()),
+                          env=subprocess_env(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=threads))
+    if proc.returncode:
+        raise RuntimeError(f"torchrun with two processes failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    convert(ctx, run, one)
+    loss_tol, weight_tol = TWO_PROCESS_TOL[ctx.device]
+    diff = max_rel(ctx.perturb("two_process_equals_one", [r["loss"] for r in run_log(two)]),
+                   [r["loss"] for r in run_log(one)])
+    ctx.expect("two_process_equals_one", relative_within(diff, loss_tol), f"max loss difference {diff:.2e}",
+               f"two gloo processes (FSDP2, fp32) log the losses of one process on {ctx.device} within "
+               f"{loss_tol:g} relative")
+    k, steps = run["training"]["checkpoint_every"], run["training"]["steps"]
+    shutil.copytree(two, cut)
+    (cut / "train.json").unlink()
+    for step in range(k + 1, steps + 1):
+        shutil.rmtree(cut / f"step_{step}", ignore_errors=True)
+    info = convert(ctx, run, cut)
+    loss_diff = max_rel([r["loss"] for r in run_log(cut)][k:], [r["loss"] for r in run_log(one)][k:])
+    w_diff = weights_rel(ctx.perturb("two_process_resumes_on_one", final_weights(cut)), final_weights(one),
+                         weights(ctx.need("teacher")))
+    ctx.expect("two_process_resumes_on_one",
+               info["resumed_from"] == k and loss_diff <= loss_tol and w_diff <= weight_tol,
+               f"resumed from {info['resumed_from']}, max loss difference {loss_diff:.2e}, weights {w_diff:.2e}",
+               f"the two-process checkpoint of step {k} resumes on one process on {ctx.device}: losses within "
+               f"{loss_tol:g}, final weights within {weight_tol:g} of the training's change, of one process's run")
+
+
+def decode_stage(ctx: Context) -> None:
+    """The efficient_dlm checkpoint decoded with the block KV cache and without (float64)."""
+    import torch
+
+    from ar2dlm.core.models import load_model
+    from ar2dlm.core.sampling import generate_dlm
+    from ar2dlm.pipeline.layout import final_checkpoint
+
+    _, out = ctx.need("run:efficient_dlm")
+    model, tok, conv, _ = load_model(final_checkpoint(out / "train.json"), dtype=torch.float64, device=ctx.device)
+    s = ctx.sizes
+    prompts = [tok(d["prompt"])["input_ids"][-s["prompt_tokens"]:] for d in ctx.need("docs")[::97][:4]]
+    length = s["decode_blocks"] * conv.block_size
+    kwargs = dict(gen_length=length, block_size=conv.block_size, threshold=0.9, stop_at_eos=False)
+    cached, with_cache = generate_dlm(model, conv, prompts, use_cache=True, **kwargs)
+    plain, without = generate_dlm(model, conv, prompts, use_cache=False, **kwargs)
+    cached = ctx.perturb("decode_block_cache", cached)
+    same = sum(a == b for x, y in zip(cached, plain) for a, b in zip(x, y))
+    ok = cached == plain and with_cache.forward_tokens < without.forward_tokens
+    ctx.expect("decode_block_cache", ok,
+               f"{same} of {sum(map(len, plain))} tokens equal; forward tokens {with_cache.forward_tokens} cached, "
+               f"{without.forward_tokens} recomputed ({len(prompts)} prompts, {length} tokens, block "
+               f"{conv.block_size}, fp64)",
+               "the same tokens with the exact block KV cache as with full recomputation, with fewer positions run")
+
+
+DPO_SETTINGS = {  # two optimizer steps: the first is at learning rate 0 (TRL's warm-up starts there)
+    "beta": 0.1, "steps": 2, "lr": 1e-3, "batch_size": 2, "train_pairs": 4, "eval_pairs": 4, "elbo_samples": 1,
+    "eval_elbo_samples": 2, "lora": {"r": 8, "alpha": 16, "dropout": 0.0}}
+
+
+def dpo_stage(ctx: Context) -> None:
+    """LoRA DPO through TRL (the dpo_run command line) on the AR teacher and on the mdlm DLM."""
+    ctx.guarded(("dpo_lora_teacher",), dpo_step, ctx, "dpo_lora_teacher", "--model", ctx.need("teacher"))
+    ctx.guarded(("dpo_lora_dlm",), lambda: dpo_step(ctx, "dpo_lora_dlm", "--manifest",
+                                                    ctx.need("run:mdlm")[1] / "train.json"))
+
+
+def dpo_step(ctx: Context, check: str, flag: str, source: Path) -> None:
+    from ar2dlm.armap.dpo_run import main
+    from ar2dlm.pipeline.layout import final_checkpoint
+
+    out = ctx.work / "dpo" / check
+    cfg = {**DPO_SETTINGS, "max_length": ctx.sizes["dpo_max_length"]}
+    main([flag, str(source), "--train", str(ctx.work / "prefs_train.jsonl"), "--eval",
+          str(ctx.work / "prefs_eval.jsonl"), "--settings", json.dumps(cfg), "--seed", "0", "--out", str(out)])
+    check_lora_step(ctx, check, out, final_checkpoint(source) if flag == "--manifest" else source)
+    ctx.artifacts[check] = out
+
+
+def check_lora_step(ctx: Context, check: str, out: Path, base: Path) -> None:
+    """A merged LoRA step moved the linear layers only: the embeddings keep the base's values as DPO
+    loaded them (fp32, or rounded to bf16 for LoRA on a GPU: ``ar2dlm.armap.dpo.train_dpo``)."""
+    import torch
+
+    from ar2dlm.core.models import load_conventions, load_model
+
+    load_model(out, device="cpu")  # recorded sha256 and finite weights
+    info = load_conventions(out)
+    losses = [r[k] for r in info["log"] for k in ("loss", "train_loss") if k in r]
+    after, before = weights(out), weights(base)
+    bases = [before, {k: v.to(torch.bfloat16).float() for k, v in before.items()}]
+    embed = "model.embed_tokens.weight"
+    kept = [b for b in bases if torch.equal(after[embed], b[embed])]
+    linear = [k for k in before if k.endswith("proj.weight")]
+    moved = max(float((after[k] - kept[0][k]).abs().max()) for k in linear) if kept else 0.0
+    finite = all(math.isfinite(x) for x in losses) and bool(losses)
+    accuracy = info["reward_accuracy"]
+    ok = finite and moved > 0 and bool(kept) and 0 <= accuracy <= 1 and info["dpo"]["lora"]
+    ctx.expect(check, ok, f"loss {losses}, max |dW| of {len(linear)} projections {moved:.2e}, embeddings kept: "
+               f"{bool(kept)}, reward accuracy {accuracy:.2f}",
+               "two TRL steps (the first at learning rate 0): finite loss; the merged LoRA delta moves the "
+               "projections and leaves the embeddings as loaded; reward accuracy in [0, 1]")
+
+
+def gamma_stage(ctx: Context) -> None:
+    """One gamma of AR-MAP's search: the DPO'd teacher's vector merged into the mdlm DLM."""
+    from ar2dlm.armap.pipeline import search
+    from ar2dlm.pipeline.layout import final_checkpoint
+    from ar2dlm.provenance import read_jsonl
+
+    _, mdlm = ctx.need("run:mdlm")
+    dlm, dpo, teacher = final_checkpoint(mdlm / "train.json"), ctx.need("dpo_lora_teacher"), ctx.need("teacher")
+    cfg = {"grid": [1.0], "beta": 0.1, "eval_pairs": 4, "elbo_samples": 2, "batch_size": 8,
+           "merges": {"task_arithmetic": {}}}
+    out = ctx.work / "gamma"
+    result = search(teacher, dpo, dlm, read_jsonl(ctx.work / "prefs_eval.jsonl"), cfg, "task_arithmetic",
+                    out / "curve.json", out / "model", seed=0)
+    merged = ctx.perturb("gamma_point", weights(out / "model"))
+    base, tuned, pre = weights(dlm), weights(dpo), weights(teacher)
+    gamma = result["gamma_hat"]
+    err = max(float((merged[k] - (base[k] + gamma * (tuned[k] - pre[k]))).abs().max()) for k in base)
+    curve = result["curve"]
+    ok = len(curve) == 1 and 0 <= curve[0]["reward_accuracy"] <= 1 and gamma == 1.0 and err <= MERGE_TOL
+    ctx.expect("gamma_point", ok, f"gamma {gamma}: reward accuracy {curve[0]['reward_accuracy']:.2f}, "
+               f"merge error {err:.1e}",
+               f"one scored point; the saved model is dlm + gamma * (dpo - teacher) within {MERGE_TOL:g}")
+
+
+def flex_stage(ctx: Context) -> None:
+    """The mdlm and efficient_dlm losses and gradients, flex attention against dense masks (fp32)."""
+    for family in FLEX_FAMILIES:
+        ctx.guarded((f"flex_vs_dense_{family}",), check_flex, ctx, family)
+
+
+def check_flex(ctx: Context, family: str) -> None:
+    loss_diff, grad_diff, loss = flex_against_dense(ctx, family)
+    ctx.expect(f"flex_vs_dense_{family}", loss_diff <= FLEX_TOL[0] and grad_diff <= FLEX_TOL[1],
+               f"loss {loss:.4f}: relative difference {loss_diff:.1e}, gradients {grad_diff:.1e}",
+               f"fp32: loss within {FLEX_TOL[0]:g} relative, gradients within {FLEX_TOL[1]:g} relative L2")
+
+
+def flex_against_dense(ctx: Context, family: str) -> tuple[float, float, float]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ar2dlm.training.data import MicroBatch
+    from ar2dlm.training.objectives import objective_for
+    from ar2dlm.training.trainer import run_conventions
+
+    run, tok = run_settings(ctx, family, "fp32"), ctx.need("tokenizer")
+    conv = run_conventions(run, tok)
+    rows, seq = ctx.sizes["batch_size"], ctx.sizes["seq_len"]
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, len(tok), (rows, seq), generator=gen)
+    valid = torch.ones_like(ids)
+    valid[1, seq // 2 + 3:] = 0  # a right-padded row, its padding across a flex block boundary
+    ids[1, seq // 2 + 3:] = tok.pad_token_id
+    plens = torch.randint(0, seq // 4, (rows,), generator=gen)
+    mb = MicroBatch(ids, valid, plens, torch.arange(rows), 1, 0).to(ctx.device)
+    out = {}
+    for impl in ("sdpa", "flex_attention"):
+        model = AutoModelForCausalLM.from_pretrained(str(ctx.need("teacher")), dtype=torch.float32).to(ctx.device)
+        model.set_attn_implementation(impl)
+        terms = objective_for(run, conv, 0).terms(model, None, mb, 0, torch.Generator().manual_seed(7))
+        loss = sum(terms.values())
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        out[impl] = (float(loss.detach()), grads)
+        del model
+    (dense, g0), (flex, g1) = out["sdpa"], out["flex_attention"]
+    flex = ctx.perturb(f"flex_vs_dense_{family}", flex)
+    return abs(flex - dense) / abs(dense), float((g1 - g0).norm() / g0.norm()), dense
+
+
+def memory_stage(ctx: Context) -> None:
+    """Measured peak of a training step against the planner's estimate, per case."""
+    for case in MEMORY_CASES[(ctx.device, ctx.quick)]:
+        ctx.guarded((f"memory_{case[0]}",), check_memory, ctx, *case)
+
+
+def check_memory(ctx: Context, family: str, shape, rows: int, seq: int) -> None:
+    measured, estimated, note = (memory_cuda if ctx.device == "cuda" else memory_cpu)(family, shape, rows, seq)
+    measured = ctx.perturb(f"memory_{family}", measured)
+    error = estimated / measured - 1
+    name = shape if isinstance(shape, str) else f"{shape['hidden']}-wide, {shape['layers']} layers"
+    ctx.expect(f"memory_{family}", abs(error) <= MEMORY_TOL,
+               f"{name}, {rows} x {seq}: measured {measured:.2f} GB, planner {estimated:.2f} GB ({error:+.0%})"
+               + note, f"ar2dlm.plan.memory's estimate within {MEMORY_TOL:.0%} of the measured peak")
+
+
+def memory_cpu(family: str, shape: dict, rows: int, seq: int) -> tuple[float, float, str]:
+    """The peak resident size of three fp32 steps in a fresh process, and the planner's CPU estimate
+    (``benchmarks/train_memory.py``)."""
+    from train_memory import estimated
+
+    case = {"name": family, "shape": shape, "run": FAMILIES[family], "rows": rows, "seq": seq, "checkpointing": False}
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "train_memory.py"), "--case", json.dumps(case)],
+                          cwd=REPO, capture_output=True, text=True, env=subprocess_env())
+    if proc.returncode:
+        raise RuntimeError(f"train_memory.py failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])["peak_gb"], estimated(case)["estimate_gb"], ""
+
+
+def memory_cuda(family: str, shape: str, rows: int, seq: int) -> tuple[float, float, str]:
+    """``torch.cuda.max_memory_allocated`` over four steps as the trainer takes them (fp32 weights and
+    AdamW, bf16 autocast, flex attention, activation checkpointing, a bf16 teacher), and the planner's
+    estimate for one GPU (``benchmarks/gpu_step.py``)."""
+    import torch
+    from gpu_step import step_case
+    from train_memory import case_run
+
+    from ar2dlm.plan.memory import QWEN3_SHAPES
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    held = torch.cuda.memory_allocated() / 1e9  # what this process still holds from earlier stages
+    r = step_case(QWEN3_SHAPES[shape], case_run(FAMILIES[family], rows, seq, True), rows, seq, "flex_attention")
+    return r["peak_gb"] - held, r["planner_gb"], f", {r['tokens_per_s']:.0f} tokens/s ({held:.2f} GB held before)"
+
+
+def memory_checks(device: str, quick: bool) -> tuple[str, ...]:
+    return tuple(f"memory_{family}" for family, *_ in MEMORY_CASES[(device, quick)])
+
+
+def stages(device: str, quick: bool) -> list[Stage]:
+    return [
+        Stage("train", (*(f"train_{f}" for f in FAMILIES), "on_policy_rollouts"), train_stage),
+        Stage("resume", ("resume_losses", "resume_weights"), resume_stage, ("train",)),
+        Stage("two_process", ("two_process_equals_one", "two_process_resumes_on_one"), two_process_stage),
+        Stage("decode", ("decode_block_cache",), decode_stage, ("train",)),
+        Stage("dpo", ("dpo_lora_teacher", "dpo_lora_dlm"), dpo_stage, ("train",)),
+        Stage("gamma", ("gamma_point",), gamma_stage, ("train", "dpo")),
+        Stage("flex", tuple(f"flex_vs_dense_{f}" for f in FLEX_FAMILIES), flex_stage,
+              cpu_skip="flex attention has no CPU backward in torch (NotImplementedError); its CPU forward "
+                       "is compared with dense masks in tests/test_selected_logits.py"),
+        Stage("memory", memory_checks(device, quick), memory_stage, inputs=False),
+    ]
+
+
+def check_names(device: str, quick: bool) -> list[str]:
+    """Every check the script reports for a device and size, in order."""
+    return [c for s in stages(device, quick) for c in s.checks] + ["wall_time"]
+
+
+# ---------------------------------------------------------------------------------------------- driver
+
+def missing_packages() -> list[str]:
+    return [name for name in REQUIRED if importlib.util.find_spec(name) is None]
+
+
+def run_stage(ctx: Context, stage: Stage) -> None:
+    ctx.stage, ctx.stage_start = stage.name, time.time()
+    print(f"\n== {stage.name} ({time.time() - ctx.start:.0f} s in)", flush=True)
+    if ctx.device == "cpu" and stage.cpu_skip:
+        for check in stage.checks:
+            ctx.results[check] = Result(check, stage.name, "SKIP", "", f"not on a CPU: {stage.cpu_skip}", 0.0)
+        return
+    if ctx.remaining() <= 0:
+        ctx.fail_unreported(stage.checks, TIMED_OUT.format(ctx.budget_s))
+        return
+    try:
+        ctx.guarded(stage.checks, stage.run, ctx)
+    finally:
+        release_memory(ctx)
+    ctx.fail_unreported(stage.checks, "the stage did not report it")
+
+
+def prepare_inputs(ctx: Context) -> None:
+    """``prepare``, its failure recorded for the stages that read its outputs (they fail naming it)."""
+    try:
+        prepare(ctx)
+    except Exception as exc:
+        traceback.print_exc()
+        ctx.artifacts["prepare_error"] = f"preparing the inputs failed ({type(exc).__name__}: {exc})"[:300]
+
+
+def release_memory(ctx: Context) -> None:
+    gc.collect()
+    if ctx.device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def selected(all_stages: list[Stage], only: list[str] | None) -> list[Stage]:
+    """The stages asked for and those they read from, in the script's order."""
+    if not only:
+        return all_stages
+    by_name = {s.name: s for s in all_stages}
+    wanted, todo = set(), list(only)
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo.extend(by_name[name].needs)
+    return [s for s in all_stages if s.name in wanted]
+
+
+def summary(ctx: Context, results: list[Result]) -> str:
+    lines = ["| check | status | measured | criterion | s |", "|---|---|---|---|---|"]
+    lines += [f"| {r.check} | {r.status} | {r.measured} | {r.criterion} | {r.seconds} |" for r in results]
+    failed = [r.check for r in results if r.status == "FAIL"]
+    lines.append(f"\n{len(results) - len(failed)} of {len(results)} checks passed or skipped on {ctx.device}"
+                 + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--quick", action="store_true", help="smaller models and fewer steps (SIZES['quick'])")
+    ap.add_argument("--out", help="write the checks as JSON here")
+    ap.add_argument("--workdir", help="keep the models and runs here (default: a temporary folder, removed)")
+    ap.add_argument("--budget-s", type=float, default=BUDGET_S, help="time for the whole check (default %(default)s)")
+    ap.add_argument("--only", nargs="+", choices=[s.name for s in stages("cuda", False)], metavar="STAGE",
+                    help="these stages (and the stages they read from): %(choices)s")
+    ap.add_argument("--inject-failure", metavar="CHECK",
+                    help="alter what CHECK compares, to show that it fails: a check that compares values (train_* "
+                         "but opdlm, resume_*, two_process_*, decode_block_cache, gamma_point, flex_vs_dense_*, "
+                         "memory_*)")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.device == "cpu":  # before torch is imported: every library and subprocess sees no GPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    missing = missing_packages()
+    if missing:
+        print(f"gpu_check: the environment lacks {', '.join(missing)}; this check installs nothing (it runs offline "
+              "in the environment it is given): install the project's environment first", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver), or run with "
+              "--device cpu for the CPU part", file=sys.stderr)
+        return 2
+    names = check_names(args.device, args.quick)
+    if args.inject_failure and args.inject_failure not in names:
+        print(f"gpu_check: --inject-failure {args.inject_failure}: no such check (known: {', '.join(names)})",
+              file=sys.stderr)
+        return 2
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpu_check_"))
+    work.mkdir(parents=True, exist_ok=True)
+    ctx = Context(args.device, args.quick, work, args.budget_s, args.inject_failure)
+    try:
+        todo = selected(stages(args.device, args.quick), args.only)
+        if any(s.inputs for s in todo):
+            prepare_inputs(ctx)
+        for stage in todo:
+            run_stage(ctx, stage)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    wall = time.time() - ctx.start
+    ctx.stage, ctx.stage_start = "all", ctx.start
+    ctx.expect("wall_time", wall <= args.budget_s, f"{wall:.0f} s", f"the whole check within {args.budget_s:.0f} s")
+    results = [ctx.results[n] for n in names if n in ctx.results]
+    print("\n" + summary(ctx, results), flush=True)
+    failed = any(r.status == "FAIL" for r in results)
+    if args.out:
+        from ar2dlm.provenance import library_versions
+
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        gpu = torch.cuda.get_device_name() if args.device == "cuda" else None
+        Path(args.out).write_text(json.dumps({
+            "device": args.device, "gpu": gpu, "quick": args.quick, "sizes": ctx.sizes,
+            "memory_cases": MEMORY_CASES[(args.device, args.quick)], "passed": not failed,
+            "wall_seconds": round(wall, 1), "budget_seconds": args.budget_s, "versions": library_versions(),
+            "checks": [vars(r) for r in results]}, indent=1))
+    if args.inject_failure and args.inject_failure not in ctx.perturbed:
+        print(f"gpu_check: --inject-failure {args.inject_failure}: the check was not reached, or compares nothing the "
+              "flag can alter", file=sys.stderr)
+        return 2
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
