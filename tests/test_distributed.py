@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._device import _device_constructors
 
 from ar2dlm.core.precision import resolve_dtype
 from ar2dlm.training import distributed, sharding
@@ -109,8 +110,15 @@ def strict_nccl(monkeypatch):
             return OnGPU.of(real(*args, **kwargs), device)
         return create
 
-    for name in ("tensor", "zeros", "ones", "full", "empty", "arange"):
-        monkeypatch.setattr(torch, name, creator(getattr(torch, name)))
+    # ``with torch.device(...)`` (transformers loads models under ``torch.device("meta")``) matches
+    # calls against a set of torch's constructors cached once per process: fill that cache with the
+    # real constructors before faking them, else it keeps the fakes and every later meta-device load
+    # in this process builds on CPU and leaves its rotary buffers uninitialised.
+    constructors = _device_constructors()
+    real = {name: getattr(torch, name) for name in ("tensor", "zeros", "ones", "full", "empty", "arange")}
+    assert set(real.values()) <= constructors
+    for name, f in real.items():
+        monkeypatch.setattr(torch, name, creator(f))
 
     def to(self, *args, **kwargs):
         device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
@@ -166,7 +174,8 @@ def strict_nccl(monkeypatch):
                     "destroy_process_group": destroy_process_group}.items():
         monkeypatch.setattr(dist, name, f)
     monkeypatch.setattr(torch.distributed.device_mesh, "init_device_mesh", init_device_mesh)
-    return fake
+    yield fake
+    assert _device_constructors() is constructors, "the fake's constructors leaked into torch's device-context cache"
 
 
 def assert_device_set_first(fake: StrictNCCL):
