@@ -100,12 +100,12 @@ def test_layers_point_down_only():
 
 
 def test_the_package_is_subpackages_only():
-    """The core, training, evaluation, AR-MAP, data, pipeline bookkeeping and reporting each have a
-    subpackage; the top level keeps only the shared provenance helpers."""
+    """The core, training, methods, evaluation, AR-MAP, data, pipeline bookkeeping and reporting each
+    have a subpackage; the top level keeps only the shared provenance helpers."""
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert top == ["__init__.py", "provenance.py"]
     subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
-    assert subpackages == {"core", "data", "training", "evaluation", "armap", "pipeline", "reporting", "plan"}
+    assert subpackages == {"core", "data", "training", "methods", "evaluation", "armap", "pipeline", "reporting", "plan"}
 
 
 def _schema():
@@ -115,7 +115,8 @@ def _schema():
 def test_schema_names_match_the_registries():
     from ar2dlm.armap.merge import MERGES
     from ar2dlm.evaluation.suite import BENCHMARK_KINDS
-    from ar2dlm.pipeline.runs import METHOD_DEFAULTS
+    from ar2dlm.methods.registry import METHODS, TERMS
+    from ar2dlm.pipeline.config import config_schema
     from ar2dlm.reporting.figures import FIGURE_KINDS
 
     schema = _schema()
@@ -127,8 +128,14 @@ def test_schema_names_match_the_registries():
     assert set(merges) == set(MERGES) == set(schema["armap"]["properties"]["eval_merges"]["items"]["enum"])
     for name, merge in MERGES.items():  # each merge's options are its config keys
         assert set(merges[name].get("properties", {})) == set(merge.options), name
-    run = schema["runs"]["additionalProperties"]["properties"]
-    assert set(run["method"]["enum"]) == set(METHOD_DEFAULTS)
+    # a method's names and a loss term's options have one home, its module: the schema file names
+    # none of them, and the schema the config is validated with takes them from the registry
+    static = schema["runs"]["additionalProperties"]["properties"]
+    assert "enum" not in static["method"] and not set(static) & set(TERMS)
+    run = config_schema(REPO / "config" / "schema.yaml")["properties"]["runs"]["additionalProperties"]["properties"]
+    assert run["method"]["enum"] == [name for name, m in METHODS.items() if m.conversion]
+    assert {"mdlm", "repr_align", "efficient_dlm", "opdlm"} <= set(run["method"]["enum"]) and "dpo" not in run["method"]["enum"]
+    assert all(run[key] == term.schema for key, term in TERMS.items()) and {"align", "distill"} <= set(TERMS)
 
 
 def test_benchmark_kinds_name_their_metrics_and_inputs():
