@@ -91,7 +91,8 @@ def test_a_method_with_a_new_loss_term_from_outside_the_package(toy, tmp_path, s
     validate_config(cfg, schema)
     check_config(cfg)
     run = resolve_run(cfg, "toy")
-    assert run["hidden_norm"] == {"weight": 0.5} and run["method_modules"] == [TOY] and run["attention"] == "bidirectional"
+    assert run["hidden_norm"] == {"weight": 0.5} and run["method_modules"] == [TOY]
+    assert run["attention"] == "bidirectional" and run["align"] is None  # mdlm's conventions, no other term
     assert "method_modules" not in resolve_run(cfg, "ra")  # a built-in run's settings are untouched
     for override, key, words in (({"hidden_norm": {"weight": "heavy"}}, "runs.toy.hidden_norm.weight", "not of type"),
                                  ({"hidden_norm": {"wieght": 1}}, "runs.toy.hidden_norm", "wieght"),
@@ -123,7 +124,7 @@ def test_a_method_with_a_new_loss_term_from_outside_the_package(toy, tmp_path, s
     without = {**settings, "method": "mdlm", "hidden_norm": None}
     parts, base = estimate(shape, settings, launch), estimate(shape, without, launch)
     assert parts["activations"] - base["activations"] == 4 * 2 * settings["training"]["seq_len"] * shape.hidden
-    assert {k: v for k, v in parts.items() if k != "activations"} == {k: v for k, v in base.items() if k != "activations"}
+    assert {k: v for k, v in parts.items() if k != "activations"} == {k: base[k] for k in parts if k != "activations"}
     tr = settings["training"]
     assert step_flops(shape, settings, False) - step_flops(shape, without, False) == pytest.approx(
         2.0 * tr["batch_size"] * tr["seq_len"] * shape.hidden)
@@ -144,9 +145,9 @@ def test_a_method_with_a_new_loss_term_from_outside_the_package(toy, tmp_path, s
     train = dict(settings, training={**tr, "steps": 2, "batch_size": 4, "seq_len": 64, "checkpoint_every": 2,
                                      "warmup_steps": 1})
     out = tmp_path / "toy" / "train.json"
-    cmd = [sys.executable, "-m", "ar2dlm.training.convert_run", "--settings", json.dumps(train), "--teacher", str(teacher),
-           "--corpus", str(tmp_path / "corpus.jsonl"), "--out", str(out), "--seed", "0", "--preset", "smoke",
-           "--model", "tiny"]
+    cmd = [sys.executable, "-m", "ar2dlm.training.convert_run", "--settings", json.dumps(train), "--teacher",
+           str(teacher), "--corpus", str(tmp_path / "corpus.jsonl"), "--out", str(out), "--seed", "0", "--preset",
+           "smoke", "--model", "tiny"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(toy)]))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -175,9 +176,10 @@ def test_every_built_in_run_keeps_its_objective_teacher_and_planned_parts():
         conv = Conventions(run["attention"], run["shift"], 5, 1, 2, run["block_size"])
         made = objective_for(run, conv, 0)
         assert type(made).__name__ == objective and (made.needs_teacher, made.teacher_head) == teacher, name
-        assert [t.key for t in made.added] == added == [t.key for t in compose(run).added] and teacher_of(run) == teacher
-        assert [getattr(p, "key", getattr(p, "name", None)) for p in active_parts(run)] == [run["method"], *added,
-                                                                                           *(["distill"] if run["distill"] else [])]
+        assert [t.key for t in made.added] == added == [t.key for t in compose(run).added]
+        assert teacher_of(run) == teacher
+        computed = [run["method"], *added, *(["distill"] if run["distill"] else [])]
+        assert [getattr(p, "key", getattr(p, "name", None)) for p in active_parts(run)] == computed, name
     ra = resolve_run(cfg, "ra")
     ra["align"]["lambda"] = 0.0  # named but not computed: no teacher, nothing added
     assert teacher_of(ra) == (False, False) and compose(ra).added == [] and len(active_parts(ra)) == 1

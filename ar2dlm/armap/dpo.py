@@ -188,9 +188,10 @@ def sharded_dpo_run(cfg: dict, conventions: dict, launch: dict) -> dict:
     gpu = torch.cuda.is_available()
     return settings({
         "name": "dpo", "method": "dpo", "attention": conventions["attention"], "shift": conventions["shift"],
-        "block_size": conventions["block_size"], "preference": {k: cfg[k] for k in ("beta", "elbo_samples") if k in cfg},
-        "training": {"batch_size": cfg["batch_size"], "grad_accum": cfg.get("grad_accum", 1), "seq_len": cfg["max_length"],
-                     "steps": cfg["steps"], "lr": cfg["lr"], "warmup_steps": max(1, cfg["steps"] // 10),
+        "block_size": conventions["block_size"],
+        "preference": {k: cfg[k] for k in ("beta", "elbo_samples") if k in cfg},
+        "training": {"batch_size": cfg["batch_size"], "grad_accum": cfg.get("grad_accum", 1),
+                     "seq_len": cfg["max_length"], "steps": cfg["steps"], "lr": cfg["lr"], "warmup_steps": max(1, cfg["steps"] // 10),
                      "weight_decay": 0.0, "grad_clip": 1.0, "dtype": "bf16" if gpu else "fp32",
                      "checkpoint_every": cfg.get("checkpoint_every", cfg["steps"]), "log_every": 10,
                      "export_dtype": "fp32", "keep_states": 1,

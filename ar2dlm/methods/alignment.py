@@ -89,7 +89,8 @@ def layer_problems(run: dict, config: dict):
     for m in run["models"]:
         arch = config["models"][m].get("arch")
         if arch and max(layers) > arch["num_hidden_layers"]:
-            yield "align.layers", f"layer {max(layers)} does not exist in {m} (hidden states 0..{arch['num_hidden_layers']})"
+            yield "align.layers", (f"layer {max(layers)} does not exist in {m} "
+                                   f"(hidden states 0..{arch['num_hidden_layers']})")
 
 
 def memory(sz) -> dict[str, float]:

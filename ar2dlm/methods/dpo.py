@@ -43,15 +43,17 @@ takes no added loss terms."""
         if not self.conv.is_diffusion:
             idx = position_ids(valid)
             where = (idx >= plens.view(-1, 1)) & valid.bool()
-            logits, _ = logits_at(model, where, (torch.arange(ids.shape[1], device=ids.device).expand_as(where) - 1).clamp(min=0),
-                                  ids.shape[1], input_ids=ids, attention_mask=valid, position_ids=idx)
+            source = (torch.arange(ids.shape[1], device=ids.device).expand_as(where) - 1).clamp(min=0)
+            logits, _ = logits_at(model, where, source, ids.shape[1], input_ids=ids, attention_mask=valid,
+                                  position_ids=idx)
             per = -selected_nll(logits, ids[where])
             return torch.zeros(len(ids), device=ids.device, dtype=per.dtype).index_add(0, where.nonzero()[:, 0], per)
         total = 0.0
         for nb in noised:
             logits, _ = forward_aligned(model, nb, self.conv, where=nb.masked)
             per = -selected_nll(logits, nb.clean[nb.masked]) * nb.weight[nb.masked]
-            total = total + torch.zeros(len(ids), device=ids.device, dtype=per.dtype).index_add(0, nb.masked.nonzero()[:, 0], per)
+            rows = nb.masked.nonzero()[:, 0]
+            total = total + torch.zeros(len(ids), device=ids.device, dtype=per.dtype).index_add(0, rows, per)
         return total / len(noised)
 
     def terms(self, model, reference, mb, step, generator) -> dict:

@@ -21,7 +21,8 @@ class Diffusion(ComposedObjective):
         terms = {"diffusion": diffusion_loss(logits, batch, weighted=run["loss_weight"] == "inverse_t",
                                              eligible=mb.whole_count(whole.eligible)) * mb.world}
         clean = lambda: teacher_forward(teacher, *mb.local()[:2], hidden=True)  # noqa: E731
-        terms |= self.added_terms(StepOutputs(batch, out, clean, lambda select: mb.whole_count(select(whole))), mb.world)
+        count = lambda select: mb.whole_count(select(whole))  # noqa: E731
+        terms |= self.added_terms(StepOutputs(batch, out, clean, count), mb.world)
         tokens = batch.valid.sum()
         self._count(tokens, tokens if self.needs_teacher else 0)
         return terms

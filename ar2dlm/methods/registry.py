@@ -2,7 +2,9 @@
 own keys, the objective it trains with, the parts (method and active terms) whose checks, memory
 and FLOPs count, and the frozen teacher it reads.
 
-A method or loss term written outside the package registers itself when its module is imported::
+A module of this package registers its method or loss term by defining ``METHOD`` or ``TERM``
+(:mod:`ar2dlm.methods.spec`); adding one is that module and a preset run that uses it. A method or
+loss term written outside the package registers itself when its module is imported::
 
     # my_pkg/my_term.py
     from ar2dlm.methods.registry import register
@@ -16,11 +18,12 @@ training job that receives only the run's settings imports them too."""
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import sys
+from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from ..provenance import deep_merge
-from . import alignment, distillation, dpo, efficient_dlm, mdlm, opdlm, repr_align
 from .spec import ComposedObjective, Method, Part, Term, teacher_reads
 
 # The settings every run has, whatever its method: the diffusion conventions, the data and the
@@ -29,9 +32,18 @@ BASE = {"init": "ar", "attention": "bidirectional", "block_size": None, "shift":
         "positional_beta": 0.0, "loss_weight": "inverse_t", "data": "subset", "freeze": []}
 RUN_KEYS = {"method", "name", "training", "models", "seeds", "method_modules"}  # set by the pipeline, not by a part
 
-METHODS: dict[str, Method] = {m.name: m for m in (mdlm.METHOD, repr_align.METHOD, efficient_dlm.METHOD, opdlm.METHOD,
-                                                  dpo.METHOD)}
-TERMS: dict[str, Term] = {t.key: t for t in (alignment.TERM, distillation.TERM)}  # the order their memory adds up in
+
+def _built_in(kind: str) -> list:
+    """The ``METHOD`` or ``TERM`` each module of this package defines, in module-name order (the
+    order terms' memory adds up in): a module added here registers by defining one."""
+    here = [m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)])]
+    names = sorted(n for n in here if n not in ("registry", "spec"))
+    modules = [importlib.import_module(f"{__package__}.{name}") for name in names]
+    return [getattr(m, kind) for m in modules if hasattr(m, kind)]
+
+
+METHODS: dict[str, Method] = {m.name: m for m in _built_in("METHOD")}
+TERMS: dict[str, Term] = {t.key: t for t in _built_in("TERM")}
 _MODULES: dict[tuple[str, str], str] = {}  # ("method" | "term", name) -> the module that registered it
 
 
@@ -41,7 +53,8 @@ def register(spec: Method | Term, module: str | None = None) -> None:
     module = module or sys._getframe(1).f_globals["__name__"]
     if isinstance(spec, Method):
         if spec.name in METHODS:
-            raise ValueError(f"method {spec.name!r} is registered already (by {_MODULES.get(('method', spec.name), 'ar2dlm')})")
+            by = _MODULES.get(("method", spec.name), __package__)
+            raise ValueError(f"method {spec.name!r} is registered already (by {by})")
         METHODS[spec.name] = spec
         _MODULES[("method", spec.name)] = module
     elif isinstance(spec, Term):
