@@ -3,6 +3,7 @@ partial file where a finished one is expected."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -68,6 +69,17 @@ def code_commit() -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return head.stdout.strip() + ("+modified" if dirty else "")
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """``override`` over ``base``, nested dicts merged key by key (settings over their defaults)."""
+    out = copy.deepcopy(base)
+    for k, v in override.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
 
 
 def settings_hash(settings) -> str:

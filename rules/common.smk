@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 # Every job runs the package of the checkout that holds this Snakefile, whatever copy is installed.
 sys.path.insert(0, workflow.basedir)
@@ -21,7 +21,7 @@ except RuntimeError as exc:
 
 from ar2dlm.pipeline import layout
 from ar2dlm.pipeline.checks import check_config, emulated_bf16_warning
-from ar2dlm.pipeline.config import ConfigError, benchmark_settings, describe_schema_error, merge_preset
+from ar2dlm.pipeline.config import ConfigError, benchmark_settings, merge_preset, validate_config
 from ar2dlm.pipeline.jobs import (armap_domains, armap_jobs, conversion_corpus, conversion_jobs, conversion_settings,
                                   eval_jobs, init_manifest, study_config, token_rows_source)
 from ar2dlm.core.hub import MissingAssetError, is_cached, missing_message, require_token
@@ -39,11 +39,8 @@ min_version("9.0")
 _merged = merge_preset(config, Path(workflow.basedir) / "config")
 config.clear()
 config.update(_merged)
-try:
-    validate(config, "../config/schema.yaml", set_default=False)
-except WorkflowError as exc:
-    raise WorkflowError(describe_schema_error(exc)) from None
-try:
+try:  # the schema takes its method names and loss terms from the registry (and the config's `methods:`)
+    validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
     check_config(config)
 except ConfigError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None

@@ -59,7 +59,8 @@ rule armap_report:
         shadow_pdf=layout.armap_figure("shadowing", "pdf"),
         shadow_png=report(layout.armap_figure("shadowing", "png"), category="Figures", subcategory="armap"),
     params:
-        config=lambda wc: {k: config[k] for k in ("preset", "armap", "runs", "training", "models", "seed", "eval")},
+        config=lambda wc: {k: config[k] for k in ("preset", "armap", "runs", "training", "models", "seed", "eval",
+                                                  "methods") if k in config},
     log:
         layout.log_path("tables/armap"),
     benchmark:
@@ -82,7 +83,7 @@ rule claims:
         by_step_png=layout.claims_by_step_figure("png"),
     params:
         config=lambda wc: {k: config[k] for k in ("preset", "armap", "runs", "training", "models", "seed", "eval",
-                                                  "studies", "claims") if k in config},
+                                                  "studies", "claims", "methods") if k in config},
     log:
         layout.log_path("tables/claims"),
     benchmark:

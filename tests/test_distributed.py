@@ -246,7 +246,7 @@ def test_every_collective_of_the_loop_runs_on_the_ranks_gpu(strict_nccl):
     the same values, so sums double and means stay)."""
     import time
 
-    from ar2dlm.training.objectives import _whole_batch_count
+    from ar2dlm.methods.distillation import whole_batch_count
 
     with process_group() as pg:
         gpu = pg.device
@@ -260,7 +260,7 @@ def test_every_collective_of_the_loop_runs_on_the_ranks_gpu(strict_nccl):
         distributed.barrier(pg)
         assert distributed.gathered({"a": 1}, pg) == [{"a": 1}] * WORLD
         assert distributed.from_main([3], pg) == [3]
-        assert int(_whole_batch_count(torch.ones(3, device=gpu), WORLD)) == 3 * WORLD
+        assert int(whole_batch_count(torch.ones(3, device=gpu), WORLD)) == 3 * WORLD
     collectives = [c for c in strict_nccl.calls if c[0] in ("all_reduce", "all_gather_object", "broadcast_object_list")]
     assert len(collectives) == 9 and all(c[1] == f"cuda:{LOCAL_RANK}" for c in collectives)
     assert ("barrier", [LOCAL_RANK]) in strict_nccl.calls

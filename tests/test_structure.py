@@ -75,37 +75,51 @@ def test_no_import_loop_in_the_package():
 # the library never reaches up into the pipeline that drives it (paths and settings are passed in).
 # The root (the package's own __init__ and the provenance helpers) is below everything; ``plan``
 # sizes the jobs ``pipeline`` lists, and ``reporting`` reads what the pipeline's layout names.
-LAYERS = ("", "provenance", "core", "data", "training", "evaluation", "armap", "pipeline", "plan", "reporting")
+# ``methods`` shares the training layer: the trainer asks the method registry for a run's objective,
+# and the methods build on the training loop's base classes.
+LAYERS = ("", "provenance", "core", "data", ("training", "methods"), "evaluation", "armap", "pipeline", "plan",
+          "reporting")
+
+
+def _rank(name: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if name == layer or isinstance(layer, tuple) and name in layer)
+
+
+def _named(rank: int) -> str:
+    layer = LAYERS[rank]
+    return "/".join(layer) if isinstance(layer, tuple) else layer
 
 
 def _layer(module: str) -> int:
     """The rank in LAYERS of a package module: its subpackage, or the top-level module itself."""
     parts = module.split(".")
     name = parts[1] if len(parts) > 1 else ""
-    assert name in LAYERS, f"{module} is in no layer: add {name!r} to LAYERS in {Path(__file__).name}"
-    return LAYERS.index(name)
+    known = {n for layer in LAYERS for n in (layer if isinstance(layer, tuple) else [layer])}
+    assert name in known, f"{module} is in no layer: add {name!r} to LAYERS in {Path(__file__).name}"
+    return _rank(name)
 
 
 def test_layers_point_down_only():
     files = sorted(PACKAGE.rglob("*.py"))
     modules = {_module_name(f) for f in files}
-    upward = [f"{f.relative_to(REPO)}:{line} imports {target} ({LAYERS[_layer(target)]} sits above "
-              f"{LAYERS[_layer(_module_name(f))] or 'the package root'})"
+    upward = [f"{f.relative_to(REPO)}:{line} imports {target} ({_named(_layer(target))} sits above "
+              f"{_named(_layer(_module_name(f))) or 'the package root'})"
               for f in files for target, line in sorted(_import_lines(f, modules).items())
               if _layer(target) > _layer(_module_name(f))]
-    order = " < ".join(filter(None, LAYERS))
+    order = " < ".join(_named(i) for i in range(1, len(LAYERS)))
     assert not upward, f"imports that point up the layers ({order}):\n" + "\n".join(upward)
-    library = ("core", "data", "training", "evaluation", "armap")  # what the issue pins: below the pipeline
-    assert max(map(LAYERS.index, library)) < LAYERS.index("pipeline") < LAYERS.index("reporting")
+    library = ("core", "data", "training", "methods", "evaluation", "armap")  # what the issue pins: below the pipeline
+    assert max(map(_rank, library)) < _rank("pipeline") < _rank("reporting")
 
 
 def test_the_package_is_subpackages_only():
-    """The core, training, evaluation, AR-MAP, data, pipeline bookkeeping and reporting each have a
-    subpackage; the top level keeps only the shared provenance helpers."""
+    """The core, training, methods, evaluation, AR-MAP, data, pipeline bookkeeping and reporting each
+    have a subpackage; the top level keeps only the shared provenance helpers."""
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert top == ["__init__.py", "provenance.py"]
     subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
-    assert subpackages == {"core", "data", "training", "evaluation", "armap", "pipeline", "reporting", "plan"}
+    assert subpackages == {"core", "data", "training", "methods", "evaluation", "armap", "pipeline", "reporting",
+                           "plan"}
 
 
 def _schema():
@@ -115,7 +129,8 @@ def _schema():
 def test_schema_names_match_the_registries():
     from ar2dlm.armap.merge import MERGES
     from ar2dlm.evaluation.suite import BENCHMARK_KINDS
-    from ar2dlm.pipeline.runs import METHOD_DEFAULTS
+    from ar2dlm.methods.registry import METHODS, TERMS
+    from ar2dlm.pipeline.config import config_schema
     from ar2dlm.reporting.figures import FIGURE_KINDS
 
     schema = _schema()
@@ -127,8 +142,15 @@ def test_schema_names_match_the_registries():
     assert set(merges) == set(MERGES) == set(schema["armap"]["properties"]["eval_merges"]["items"]["enum"])
     for name, merge in MERGES.items():  # each merge's options are its config keys
         assert set(merges[name].get("properties", {})) == set(merge.options), name
-    run = schema["runs"]["additionalProperties"]["properties"]
-    assert set(run["method"]["enum"]) == set(METHOD_DEFAULTS)
+    # a method's names and a loss term's options have one home, its module: the schema file names
+    # none of them, and the schema the config is validated with takes them from the registry
+    static = schema["runs"]["additionalProperties"]["properties"]
+    assert "enum" not in static["method"] and not set(static) & set(TERMS)
+    run = config_schema(REPO / "config" / "schema.yaml")["properties"]["runs"]["additionalProperties"]["properties"]
+    assert run["method"]["enum"] == [name for name, m in METHODS.items() if m.conversion]
+    assert {"mdlm", "repr_align", "efficient_dlm", "opdlm"} <= set(run["method"]["enum"])
+    assert "dpo" not in run["method"]["enum"]
+    assert all(run[key] == term.schema for key, term in TERMS.items()) and {"align", "distill"} <= set(TERMS)
 
 
 def test_benchmark_kinds_name_their_metrics_and_inputs():
@@ -189,7 +211,9 @@ def test_no_run_name_of_a_preset_appears_in_the_package():
     for preset in sorted((REPO / "config" / "presets").glob("*.yaml")):
         names |= set(yaml.safe_load(preset.read_text()).get("runs") or {})
     assert {"ra", "ed", "opd_math", "combined"} <= names
-    names -= _schema_words(yaml.safe_load((REPO / "config" / "schema.yaml").read_text()))
+    from ar2dlm.pipeline.config import config_schema  # the schema with the registry's method names
+
+    names -= _schema_words(config_schema(REPO / "config" / "schema.yaml"))
     found = [f"{path.relative_to(REPO)}:{line}: {value!r}" for path in sorted(PACKAGE.rglob("*.py"))
              for line, value in sorted(_string_literals(path)) if value in names]
     assert not found, "run names of a preset in the package:\n" + "\n".join(found)

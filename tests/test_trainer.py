@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.core.models import build_qwen3, save_model
-from ar2dlm.training.objectives import on_policy_state, teacher_targets
+from ar2dlm.methods.distillation import on_policy_state, teacher_targets
 from ar2dlm.provenance import write_jsonl
 from ar2dlm.pipeline.runs import resolve_run
 from ar2dlm.training.teacher import ar_conventions
@@ -197,7 +197,7 @@ def test_kill_and_resume_matches_an_uninterrupted_run(setup, tmp_path):
 
 
 def test_nan_loss_stops_without_overwriting_the_last_checkpoint(setup, tmp_path, monkeypatch):
-    from ar2dlm.training.objectives import Diffusion
+    from ar2dlm.methods.mdlm import Diffusion
 
     run = run_cfg("mdlm", steps=8)
     train(setup, run, tmp_path / "clean")
@@ -293,11 +293,12 @@ def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_p
     """The token_rows rule's folder (the documents the objective selects, tokenised once) trains to
     the weights of the corpus file tokenised in the trainer."""
     from ar2dlm.data.build import build_token_rows
-    from ar2dlm.data.corpus import document_selection
+    from ar2dlm.methods.registry import training_data
 
     run = run_cfg(name, steps=3, checkpoint_every=3)
     rows = tmp_path / "rows"
-    build_token_rows(setup / "corpus.jsonl", setup / "teacher", "subset", document_selection(run), 64, rows, workers=2)
+    selection = training_data(run, prompt_sets={})[1]
+    build_token_rows(setup / "corpus.jsonl", setup / "teacher", "subset", selection, 64, rows, workers=2)
     train_run(copy.deepcopy(run), setup / "teacher", rows, tmp_path / "disk", seed=0, preset="smoke", model_name="tiny")
     train(setup, copy.deepcopy(run), tmp_path / "file")
     a, b = weights(tmp_path / "disk" / "step_3"), weights(tmp_path / "file" / "step_3")
@@ -351,7 +352,7 @@ def test_two_process_fsdp_rolls_out_on_policy_and_keeps_frozen_parameters(setup,
 
 
 def test_divergences():
-    from ar2dlm.training.objectives import divergence
+    from ar2dlm.methods.distillation import divergence
 
     torch.manual_seed(0)
     t, s = torch.randn(5, 11), torch.randn(5, 11)

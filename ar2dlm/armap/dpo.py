@@ -16,7 +16,7 @@ LoRA delta. Full DPO of a causal model precomputes the reference log-probabiliti
 reference, since its ELBO masks change every step.
 
 Full DPO on several GPUs (``train_dpo_sharded``, launched by torchrun like a conversion) runs in the
-project's own FSDP2 trainer with the DPO objective (``ar2dlm.training.objectives.Preference``):
+project's own FSDP2 trainer with the DPO objective (``ar2dlm.methods.dpo.Preference``):
 policy and frozen reference sharded across the processes, checkpoints resumable on any number of
 them; the exported folder carries the same provenance as TRL's path.
 """
@@ -180,18 +180,22 @@ def train_dpo(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir,
 
 
 def sharded_dpo_run(cfg: dict, conventions: dict, launch: dict) -> dict:
-    """The trainer's run settings for full DPO with a dpo section of the config: TRL's defaults where
-    the config is silent (cosine schedule with 10% warm-up, no weight decay, gradient norm 1.0)."""
+    """The trainer's run settings for full DPO with a dpo section of the config (method ``dpo`` of
+    the registry, its defaults where the config is silent): TRL's defaults for the optimisation
+    (cosine schedule with 10% warm-up, no weight decay, gradient norm 1.0)."""
+    from ..methods.registry import settings
+
     gpu = torch.cuda.is_available()
-    return {"name": "dpo", "method": "dpo", "init": "ar", "freeze": [], "distill": None, "align": None,
-            "attention": conventions["attention"], "shift": conventions["shift"], "block_size": conventions["block_size"],
-            "preference": {"beta": cfg["beta"], "elbo_samples": cfg.get("elbo_samples", 1)},
-            "training": {"batch_size": cfg["batch_size"], "grad_accum": cfg.get("grad_accum", 1), "seq_len": cfg["max_length"],
-                         "steps": cfg["steps"], "lr": cfg["lr"], "warmup_steps": max(1, cfg["steps"] // 10),
-                         "weight_decay": 0.0, "grad_clip": 1.0, "dtype": "bf16" if gpu else "fp32",
-                         "checkpoint_every": cfg.get("checkpoint_every", cfg["steps"]), "log_every": 10,
-                         "export_dtype": "fp32", "keep_states": 1,
-                         "activation_checkpointing": launch.get("activation_checkpointing", gpu)}}
+    return settings({
+        "name": "dpo", "method": "dpo", "attention": conventions["attention"], "shift": conventions["shift"],
+        "block_size": conventions["block_size"],
+        "preference": {k: cfg[k] for k in ("beta", "elbo_samples") if k in cfg},
+        "training": {"batch_size": cfg["batch_size"], "grad_accum": cfg.get("grad_accum", 1),
+                     "seq_len": cfg["max_length"], "steps": cfg["steps"], "lr": cfg["lr"], "warmup_steps": max(1, cfg["steps"] // 10),
+                     "weight_decay": 0.0, "grad_clip": 1.0, "dtype": "bf16" if gpu else "fp32",
+                     "checkpoint_every": cfg.get("checkpoint_every", cfg["steps"]), "log_every": 10,
+                     "export_dtype": "fp32", "keep_states": 1,
+                     "activation_checkpointing": launch.get("activation_checkpointing", gpu)}})
 
 
 def pair_reward_accuracy(model, ref, tok, conv, rows: list[dict], cfg: dict, seed: int) -> float:

@@ -27,15 +27,9 @@ def prompt_documents(docs: list[dict], prompts: str) -> list[dict]:
     return [d for d in docs if d.get("source") in PROMPT_SOURCES[prompts]]
 
 
-def document_selection(run: dict) -> str:
-    """Which documents of its corpus a run trains on: ``documents`` (all), or ``prompts_<name>``
-    for distillation from prompt source <name> of the synthetic corpus (PROMPT_SOURCES)."""
-    prompts = (run.get("distill") or {}).get("prompts")
-    return f"prompts_{prompts}" if prompts in PROMPT_SOURCES else "documents"
-
-
 def select_documents(docs, selection: str):
-    """The documents a selection (``document_selection``) keeps; an iterable stays lazy for ``documents``."""
+    """The documents a selection keeps: ``documents`` (all; an iterable stays lazy), or
+    ``prompts_<name>``, the documents of prompt source <name> (PROMPT_SOURCES)."""
     return docs if selection == "documents" else prompt_documents(list(docs), selection[len("prompts_"):])
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..core.hub import cached_per_version
 from ..data.code_suite import split_pairings
-from ..data.corpus import PROMPT_SOURCES
 from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_EMBEDDING_TASKS, LOCAL_HARNESS_TASKS
+from ..methods.registry import problems, training_data
 from ..training.tracking import missing_package
 from .config import ConfigError, benchmark_settings
 from .jobs import armap_domains, study_models
@@ -225,53 +225,19 @@ def check_runs(config: dict) -> None:
                               f"run's {tr['steps']} steps: the learning rate would never reach its peak")
         slots = tr["steps"] * tr["batch_size"] * tr["seq_len"]
         stream = config["data"]["corpus"]["stream_tokens"]
-        if run["data"] == "stream" and run["distill"] is None and slots > stream:
+        packed_stream = training_data(run, config["data"]["prompt_sets"]) == ("stream", "documents")
+        if packed_stream and slots > stream:
             raise ConfigError(f"{key}.training", f"{tr['steps']} steps x {tr['batch_size']} rows x {tr['seq_len']} tokens "
                               f"= {slots / 1e9:.1f}B token slots, more than the stream provides "
                               f"(data.corpus.stream_tokens = {stream / 1e9:.1f}B): the run would repeat it")
-        if run["method"] == "repr_align" and run["align"] is None:
-            raise ConfigError(f"{key}.align", "method repr_align needs an alignment term")
-        if run["method"] == "opdlm" and run["distill"] is None:
-            raise ConfigError(f"{key}.distill", "method opdlm needs a distillation term")
         needs_block = run["attention"] == "block" or run["masking"] == "positional"
         if needs_block and run["block_size"] is None:
             raise ConfigError(f"{key}.block_size", "block attention and position-dependent masking need a block size")
         bs, seq = run["block_size"], run["training"]["seq_len"]
         if needs_block and seq % bs:
             raise ConfigError(f"{key}.block_size", f"block size {bs} does not divide the sequence length {seq}")
-        if run["align"] is not None and isinstance(run["align"]["layers"], list):
-            for m in run["models"]:
-                arch = models[m].get("arch")
-                if arch and max(run["align"]["layers"]) > arch["num_hidden_layers"]:
-                    raise ConfigError(f"{key}.align.layers", f"layer {max(run['align']['layers'])} does not exist in "
-                                      f"{m} (hidden states 0..{arch['num_hidden_layers']})")
-        d = run["distill"]
-        if d is not None:
-            sets = config["data"]["prompt_sets"]
-            if d["prompts"] in PROMPT_SOURCES:
-                if config["data"]["corpus"]["source"] != "synthetic":
-                    raise ConfigError(f"{key}.distill.prompts", f"{d['prompts']!r} selects prompts of the synthetic "
-                                      "corpus; with a hub corpus name a key of data.prompt_sets")
-            elif d["prompts"] not in sets:
-                raise ConfigError(f"{key}.distill.prompts", f"{d['prompts']!r} is neither all, code, math nor a key of "
-                                  f"data.prompt_sets ({', '.join(sets) or 'none defined'})")
-            elif not d["on_policy"] and not sets[d["prompts"]].get("completion_field"):
-                raise ConfigError(f"{key}.distill.on_policy", f"off-policy distillation needs clean completions; "
-                                  f"data.prompt_sets.{d['prompts']} has no completion_field")
-            lengths = [d["rollout_length"]] if d["rollout_length"] else []
-            if d["curriculum"]:
-                c = d["curriculum"]
-                if c["min_length"] > c["max_length"]:
-                    raise ConfigError(f"{key}.distill.curriculum.min_length", f"{c['min_length']} exceeds max_length "
-                                      f"{c['max_length']}")
-                lengths += [c["min_length"], c["max_length"]]
-            if not lengths:
-                raise ConfigError(f"{key}.distill.rollout_length", "on- and off-policy distillation need a rollout "
-                                  "length (or a curriculum)")
-            for length in lengths:
-                if run["block_size"] and length % run["block_size"]:
-                    raise ConfigError(f"{key}.distill", f"block size {run['block_size']} does not divide the rollout "
-                                      f"length {length}")
+        for sub, message in problems(run, config):  # its method's and loss terms' own checks
+            raise ConfigError(f"{key}.{sub}", message)
     for study, spec in config["studies"].items():
         for r in spec["runs"]:
             if r not in config["runs"]:

@@ -1,26 +1,17 @@
-"""Config loading: presets merged over the presets they extend, the schema error named by key, and a
-benchmark's settings over the preset's decoding defaults. Cross-key checks live in ``checks``."""
+"""Config loading: presets merged over the presets they extend, the schema (config/schema.yaml with
+the method registry's names and loss terms) and its error named by key, and a benchmark's settings
+over the preset's decoding defaults. Cross-key checks live in ``checks``."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import yaml
 
 from ..core.errors import ConfigError  # the pipeline's callers import it from here
+from ..provenance import deep_merge
 
 PRESETS = ("smoke", "tiny", "tiny_full", "paper", "paper_standin")
-
-
-def deep_merge(base: dict, override: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in override.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
 
 
 def load_preset(name: str, config_dir: str | Path) -> dict:
@@ -40,18 +31,46 @@ def merge_preset(config: dict, config_dir: str | Path) -> dict:
     return deep_merge(load_preset(config.get("preset", "tiny"), config_dir), config)
 
 
-def describe_schema_error(exc: BaseException) -> str:
-    """Turn the jsonschema error wrapped by ``snakemake.utils.validate`` into one line naming the key."""
+def import_config_methods(config: dict) -> None:
+    """Import the modules the config's ``methods:`` names, which register methods and loss terms
+    (``ar2dlm.methods.registry.register``); a module that does not import is named by its key."""
+    from ..methods.registry import import_methods
+
+    modules = config.get("methods", [])
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise ConfigError("methods", f"must be a list of module names, not {modules!r}")
+    for i, module in enumerate(modules):
+        try:
+            import_methods([module])
+        except Exception as exc:  # the module is the user's code: any failure to import it is a config error
+            raise ConfigError(f"methods.{i}", f"importing {module!r} failed ({type(exc).__name__}: {exc}); its "
+                              "folder must be on PYTHONPATH") from None
+
+
+def config_schema(schema_path: str | Path) -> dict:
+    """The config's JSON schema: ``schema_path``, with the registered conversion methods as the
+    names ``runs.*.method`` takes and each registered loss term's options as ``runs.*.<key>``."""
+    from ..methods.registry import METHODS, TERMS
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    run = schema["properties"]["runs"]["additionalProperties"]["properties"]
+    run["method"] = {**run["method"], "enum": [name for name, m in METHODS.items() if m.conversion]}
+    run.update({key: term.schema for key, term in TERMS.items()})
+    return schema
+
+
+def validate_config(config: dict, schema_path: str | Path) -> None:
+    """Validate a merged config against ``config_schema`` (after importing its ``methods:``
+    modules); the first error, as jsonschema reports it, is raised as a ConfigError naming its key."""
     import jsonschema
 
-    err = exc
-    while err is not None and not isinstance(err, jsonschema.ValidationError):
-        err = err.__cause__ or err.__context__
+    import_config_methods(config)
+    validator = jsonschema.Draft202012Validator(config_schema(schema_path))
+    err = next(iter(validator.iter_errors(config)), None)
     if err is None:
-        return str(exc)
-    err = jsonschema.exceptions.best_match([err]) if not err.context else jsonschema.exceptions.best_match(err.context)
-    key = ".".join(str(p) for p in err.absolute_path) or "<top level>"
-    return f"invalid config: config key '{key}': {err.message}"
+        return
+    err = jsonschema.exceptions.best_match(err.context if err.context else [err])
+    raise ConfigError(".".join(str(p) for p in err.absolute_path) or "<top level>", err.message)
 
 
 def benchmark_settings(config: dict, name: str) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..data.corpus import document_selection
+from ..methods.registry import training_data
 from . import layout
 from .runs import init_chain, resolve_run
 
@@ -69,7 +69,8 @@ def study_config(config: dict, study: str) -> dict:
     nothing): its runs, and the runs staged runs start from."""
     spec = config["studies"][study]
     runs = {r: config["runs"][r] for name in spec["runs"] for r in [name, *init_chain(config, name)]}
-    return {"preset": config["preset"], "seed": config["seed"], "studies": {study: spec}, "runs": runs,
+    methods = {"methods": config["methods"]} if "methods" in config else {}  # modules registering its methods
+    return {"preset": config["preset"], "seed": config["seed"], "studies": {study: spec}, "runs": runs, **methods,
             "training": config["training"], "models": config["models"],
             "eval": {"decoding": config["eval"]["decoding"],
                      "benchmarks": {e: config["eval"]["benchmarks"][e] for e in spec["evals"]}}}
@@ -265,13 +266,11 @@ def armap_jobs(config: dict) -> ArmapJobs:
 
 def conversion_corpus(config: dict, name: str) -> str:
     """A run's training rows: its source (a prompt set for distillation from one, else its corpus
-    cut) with the documents its objective trains on, tokenised at its sequence length."""
+    cut) with the documents its objective trains on (``methods.registry.training_data``), tokenised
+    at its sequence length."""
     run = resolve_run(config, name)
-    if run["distill"] is not None and run["distill"]["prompts"] in config["data"]["prompt_sets"]:
-        source = f"promptset_{run['distill']['prompts']}"
-    else:
-        source = run["data"]
-    return layout.token_rows_dir(source, document_selection(run), run["training"]["seq_len"])
+    source, selection = training_data(run, config["data"]["prompt_sets"])
+    return layout.token_rows_dir(source, selection, run["training"]["seq_len"])
 
 
 def token_rows_source(config: dict, source: str) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.precision import planned_dtype
+from ..methods.registry import active_parts, teacher_of
 
 GB = 1e9
 FP32 = 4
@@ -131,9 +132,28 @@ class Launch:
 MASKED_FRACTION = 0.5  # expected share of a row's tokens whose logits a loss reads: t ~ U(0, 1) masks half
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """What a method's or loss term's memory hook reads (``ar2dlm.methods.spec.Part.memory``): the
+    model, the run, the launch, bytes per activation, the sequence length, positions per row
+    through the student (2 x seq_len under the 2L layout) and the positions per GPU whose logits a
+    loss reads."""
+
+    shape: Shape
+    run: dict
+    launch: Launch
+    act: int
+    seq_len: int
+    positions: int
+    masked: float
+
+
 def estimate(shape: Shape, run: dict, launch: Launch) -> dict[str, float]:
-    """Peak bytes per GPU by part: parameters, gradients, optimizer, teacher, activations, logits,
-    masks (and rollout: an on-policy run's decoding, which peaks apart from the training step)."""
+    """Peak bytes per GPU by part: parameters, gradients, optimizer, activations, logits, the
+    frozen teacher (its weights and one layer's outputs, when the run reads it), masks, then what
+    the run's method and loss terms add (``memory`` of each: the hidden states alignment keeps, the
+    teacher's logits distillation reads; rollout: an on-policy run's decoding, which peaks apart
+    from the training step)."""
     tr = run["training"]
     act = 2 if planned_dtype(tr["dtype"], launch.cuda) == "bf16" else FP32  # autocast computes in bf16 on GPUs
     g = launch.gpus
@@ -158,35 +178,30 @@ def estimate(shape: Shape, run: dict, launch: Launch) -> dict[str, float]:
     out["optimizer"] = 2 * FP32 * trainable / (g if sharded else 1)
 
     layer = shape.layer_activation_bytes(act) * tokens
-    hidden_states = shape.layers * act * shape.hidden * tokens
-    align = run.get("align") is not None and run["align"]["lambda"] > 0
     if launch.activation_checkpointing:  # each layer's input, then one layer recomputed (and its gradients)
-        out["activations"] = hidden_states * (2 if align else 1) + 2 * layer
+        out["activations"] = shape.layers * act * shape.hidden * tokens + 2 * layer
     else:
-        out["activations"] = shape.layers * layer + (hidden_states if align else 0)
+        out["activations"] = shape.layers * layer
 
     n = launch.rows * T * MASKED_FRACTION
     chunk = min(n, 1024)
     out["logits"] = 2 * act * n * shape.vocab + 3 * FP32 * chunk * shape.vocab  # logits, their gradient, a chunk in fp32
 
     teacher = 0.0
-    distill = run.get("distill") is not None
-    if distill or align:
+    reads, head = teacher_of(run)
+    if reads:
         t_bytes = 2 if launch.cuda and planned_dtype(tr["dtype"], launch.cuda) == "bf16" else FP32
-        weights = shape.params if distill else shape.decoder_params
+        weights = shape.params if head else shape.decoder_params
         teacher = t_bytes * weights / (g if launch.shard_teacher else 1)
         if launch.shard_teacher:
             teacher += t_bytes * 2 * shape.layer_params
         teacher += t_bytes * shape.layer_activation_bytes(act) / act * launch.rows * T / 4  # one layer's transient outputs
-        if align:
-            teacher += (shape.layers + 1) * act * shape.hidden * launch.rows * T
-        if distill:
-            teacher += act * n * shape.vocab
     out["teacher"] = teacher
     out["masks"] = 0.0 if launch.cuda else launch.rows * seq * seq * (act + 1)
-    if distill and run["distill"]["on_policy"] and sharded:  # the student gathered whole to decode its rollouts
-        kv = shape.kv_cache_bytes(T * launch.rows, act)
-        out["rollout"] = act * shape.params + kv
+    sizing = Sizing(shape, run, launch, act, T, seq, n)
+    for part in active_parts(run):
+        for key, value in part.memory(sizing).items():
+            out[key] = out[key] + value if key in out else value
     return out
 
 
@@ -200,8 +215,9 @@ def peak(parts: dict[str, float]) -> float:
 
 def step_flops(shape: Shape, run: dict, checkpointing: bool) -> float:
     """FLOPs of one optimizer step: 6 x parameters x tokens through the student (8 with
-    recomputation; the 2L layout runs both copies), attention's quadratic term, and 2 x parameters x
-    tokens through the teacher (an on-policy run's decoding is bandwidth-bound: ``decode_seconds``)."""
+    recomputation; the 2L layout runs both copies), attention's quadratic term, 2 x parameters x
+    tokens through the teacher when the run reads one, and what its method and loss terms add (an
+    on-policy run's decoding is bandwidth-bound: ``decode_seconds``)."""
     tr = run["training"]
     T = tr["seq_len"]
     rows = tr["batch_size"]
@@ -210,20 +226,15 @@ def step_flops(shape: Shape, run: dict, checkpointing: bool) -> float:
     dense = (8 if checkpointing else 6) * shape.params * tokens
     attention = (4 if checkpointing else 3) * 4 * shape.layers * shape.heads * shape.head_dim * seq * tokens / 2
     flops = dense + attention
-    if run.get("distill") is not None or (run.get("align") is not None and run["align"]["lambda"] > 0):
+    if teacher_of(run)[0]:
         flops += 2 * shape.params * rows * T
-    return flops
+    return flops + sum(part.flops(shape, run, checkpointing) for part in active_parts(run))
 
 
 def decode_seconds(shape: Shape, run: dict, launch: Launch, cluster: dict) -> float:
-    """An on-policy step's decoding, which memory bandwidth bounds, not FLOPs: up to one forward
-    per rollout token (a block of ``block_size`` tokens takes at most ``block_size`` steps), each
-    reading the gathered bf16 weights and the KV cache of the rows."""
-    if run.get("distill") is None or not run["distill"]["on_policy"]:
-        return 0.0
-    length = run["training"]["seq_len"]
-    kv = shape.kv_cache_bytes(length * launch.rows, 2)
-    return length * (2 * shape.params + kv) / (cluster["gpu_bandwidth_tb_s"] * 1e12)
+    """Seconds per step that memory bandwidth bounds rather than FLOPs (an on-policy rollout's
+    decoding), summed over the run's method and loss terms."""
+    return sum((part.decode_seconds(shape, run, launch, cluster) for part in active_parts(run)), 0.0)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from .data import Batches
-from .objectives import Objective
+from .objective import Objective
 
 
 class PackedEpochs(Batches):

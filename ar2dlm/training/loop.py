@@ -1,6 +1,6 @@
 """The one training loop (nanoGPT-style, readable in one sitting): every conversion method
 (``trainer.train_run``) and the AR teacher's pretraining (``ar_pretrain.pretrain``) step through it
-with their :class:`~ar2dlm.training.objectives.Objective`.
+with their :class:`~ar2dlm.training.objective.Objective`.
 
 A step: the learning rate of the schedule (linear warm-up, cosine decay), ``grad_accum``
 micro-batches each of this process's share (``data.share``), the objective's loss terms under the
