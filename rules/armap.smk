@@ -69,7 +69,8 @@ rule gamma_search:
         model=directory(layout.armap_model_dir()),
     params:
         # pairs cut to the length the preference vector's DPO trained on
-        cfg={**{k: config["armap"][k] for k in ("gamma", "merges")}, "max_length": config["armap"]["dpo"]["max_length"]},
+        cfg={"gamma": config["armap"]["gamma"], "merges": config["armap"]["merges"],
+             "max_length": config["armap"]["dpo"]["max_length"]},
     resources:
         **armap_runtime("gamma_search"),
     threads: 1

@@ -128,7 +128,8 @@ def _dense_elbo_terms(model, c, ids, valid, plens, gen, n_samples, complementary
     return total / count
 
 
-@pytest.mark.parametrize("c", [conv(), conv(shift=True), conv("block", block_size=4), conv("block", shift=True, block_size=4)],
+@pytest.mark.parametrize("c", [conv(), conv(shift=True), conv("block", block_size=4),
+                               conv("block", shift=True, block_size=4)],
                          ids=["bidir", "bidir-shift", "block", "block-shift"])
 def test_elbo_from_masked_positions_only_equals_the_dense_one(c):
     """Scoring only masked positions (gamma search, DLM DPO) gives the full-logits ELBO terms, their

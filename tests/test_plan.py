@@ -12,7 +12,7 @@ import yaml
 from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.plan.__main__ import main
 from ar2dlm.plan.memory import GB, QWEN3_SHAPES, Launch, estimate, peak, plan_jobs, unfit
-from ar2dlm.plan.armap import STOP_FRACTION, JobTime, dpo_step_flops, over_runtime, segmented
+from ar2dlm.plan.armap import STOP_FRACTION, dpo_step_flops, over_runtime, segmented
 from ar2dlm.plan.one_gpu import dpo_parts, gamma_parts, plan_one_gpu_jobs, unfit_one_gpu
 from ar2dlm.pipeline.runs import resolve_run
 

@@ -94,7 +94,7 @@ class _ElboOutput:
     def __init__(self, terms, logits, clean, masked):
         self.log_probs = terms[:, 1:]
         logits = logits.detach()
-        at_masked = lambda v: torch.zeros(masked.shape, dtype=v.dtype, device=v.device).masked_scatter(masked, v)[:, 1:]  # noqa: E731
+        at_masked = lambda v: v.new_zeros(masked.shape).masked_scatter(masked, v)[:, 1:]  # noqa: E731
         self.entropy = at_masked(chunked_rows(_entropy, logits))  # fp32 in chunks, not an (N, V) fp32 copy
         self.mean_logits = at_masked(logits.mean(-1, dtype=torch.float32))
         self.is_top1 = at_masked(logits.argmax(-1) == clean[masked])

@@ -3,9 +3,10 @@
 For each gamma of a grid, the merged DLM ``W_DLM + gamma * tau_pref`` (tau as is, TIES-trimmed or
 DARE-dropped; built tensor by tensor from the model folders) is scored by its batch reward
 accuracy on held-out preference pairs: the share of pairs with beta * (log p_merged(y_w|x) -
-log p_ref(y_w|x)) > beta * (log p_merged(y_l|x) - log p_ref(y_l|x)), the reference being the DLM itself (gamma = 0). DLM log-likelihoods are the core
-ELBO estimator with the same Monte Carlo masks for every gamma and for the reference (common random
-numbers), so differences between gammas are not mask noise. The pairs are split in two: gamma_hat
+log p_ref(y_w|x)) > beta * (log p_merged(y_l|x) - log p_ref(y_l|x)), the reference being the DLM
+itself (gamma = 0). DLM log-likelihoods are the core ELBO estimator with the same Monte Carlo masks
+for every gamma and for the reference (common random numbers), so differences between gammas are
+not mask noise. The pairs are split in two: gamma_hat
 is the most accurate gamma on the search half (the smallest among ties), and the curve is also
 reported on the other half, so a claim about gamma_hat is not judged on the pairs that chose it.
 
@@ -98,7 +99,8 @@ def gamma_search(model, conv, tok, dlm, tuned, pre, rows: list[dict], *, grid: l
     for gamma in grid:
         t0 = time.time()
         set_gamma(gamma)
-        acc = {name: reward_accuracy(model, conv, part, tok, refs[name], beta=beta, **kw) for name, part in halves.items()}
+        acc = {name: reward_accuracy(model, conv, part, tok, refs[name], beta=beta, **kw)
+               for name, part in halves.items()}
         curve.append({"gamma": gamma, "reward_accuracy": acc["search"], "test_reward_accuracy": acc["test"],
                       "seconds": round(time.time() - t0, 2)})
     best = max(curve, key=lambda r: (r["reward_accuracy"], -r["gamma"]))

@@ -90,7 +90,7 @@ def scored_once(path: Path, score):
     """``score()``, computed by the first segment of a run and read back by those that resume it
     (held-out scores of the model before training, which take an hour at 8B)."""
     if path.is_file():
-        return torch.load(path, weights_only=False)
+        return torch.load(path, weights_only=True)
     value = score()
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(value, tmp)

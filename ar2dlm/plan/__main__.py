@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     print(f"\nGPU memory (GB per GPU) of each evaluation and AR-MAP job on {c['gpu_memory_gb']:g} GB GPUs (the largest "
           "benchmark of each kind per model; full DPO sharded when one GPU cannot hold it); AR-MAP's hours in all, "
           "the jobs they take and the longest one against its runtime\n")
-    print("| job | GPUs | parts | peak | fits | hours | segments | longest / runtime (h) |\n|---|---|---|---|---|---|---|---|")
+    print("| job | GPUs | parts | peak | fits | hours | segments | longest / runtime (h) |\n" + "|---" * 8 + "|")
     for j in one_gpu:
         parts = ", ".join(f"{k} {v / GB:.1f}" for k, v in j.parts.items() if v)
         t = j.time

@@ -81,7 +81,8 @@ def dpo_time(shape: Shape, cfg: dict, diffusion: bool, two_copy: bool, eval_pair
     train = cfg["steps"] * _seconds(dpo_step_flops(shape, cfg, diffusion, two_copy), cluster, gpus)
     save = _read_seconds(shape)
     if diffusion:  # reference and policy ELBOs before training (kept for the segments after), policy after
-        score = _seconds(scoring_flops(shape, eval_pairs, cfg["eval_elbo_samples"], cfg["max_length"], two_copy), cluster)
+        scoring = scoring_flops(shape, eval_pairs, cfg["eval_elbo_samples"], cfg["max_length"], two_copy)
+        score = _seconds(scoring, cluster)
         return segmented(train, _read_seconds(shape), 2 * score, score + save, runtime_hours)
     # TRL's evaluate before (every segment) and after: policy and reference forwards of every held-out row
     rows = 2 * eval_pairs

@@ -104,7 +104,8 @@ def dpo_parts(shape: Shape, cfg: dict, diffusion: bool, two_copy: bool = False) 
     else:
         out = {"weights": FP32 * shape.params, "gradients": FP32 * shape.params, "optimizer": 2 * FP32 * shape.params,
                "reference": FP32 * shape.params if diffusion else 0.0}  # a causal model's are precomputed
-    out["activations"] = passes * shape.layers * BF16 * shape.hidden * tokens + shape.layer_activation_bytes(BF16) * tokens
+    out["activations"] = (passes * shape.layers * BF16 * shape.hidden * tokens
+                          + shape.layer_activation_bytes(BF16) * tokens)
     if diffusion:  # the reference's forward (no gradients) runs beside the policy's kept state
         out["activations"] += layer_transient(shape, tokens, BF16)
     # a DLM's ELBO keeps each forward's logits at masked positions and one gradient of them (and the
