@@ -17,8 +17,11 @@ rule dpo_teacher:
         seed=config["seed"],
         domains=preference_domains,
         launcher=lambda wc, resources: launcher(resources),
+        launch=dpo_launch("dpo_teacher"),
     resources:
         **dpo_resources("dpo_teacher"),
+    # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
+    retries: dpo_retries("dpo_teacher")
     threads: 1
     log:
         layout.log_path("armap/dpo_teacher_{model}_{pdomain}"),
@@ -29,7 +32,7 @@ rule dpo_teacher:
     shell:
         "{params.launcher} -m ar2dlm.armap.dpo_run --model {input.model:q} --train {input.train:q} "
         "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {params.seed} "
-        "--out {output:q} --job-log {log:q} --threads {threads}"
+        "--out {output:q} --job-log {log:q} --threads {threads} --launch {params.launch:q}"
 
 
 rule armap_spectra:
@@ -42,6 +45,8 @@ rule armap_spectra:
         csv=layout.spectra_csv(),
         pdf=layout.spectra_figure("pdf"),
         png=layout.spectra_figure("png"),
+    resources:
+        **armap_runtime("armap_spectra"),
     threads: 1
     log:
         layout.log_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}"),
@@ -64,7 +69,11 @@ rule gamma_search:
         curve=layout.gamma_curve(),
         model=directory(layout.armap_model_dir()),
     params:
-        cfg={k: config["armap"][k] for k in ("gamma", "merges")},
+        # pairs cut to the length the preference vector's DPO trained on
+        cfg={"gamma": config["armap"]["gamma"], "merges": config["armap"]["merges"],
+             "max_length": config["armap"]["dpo"]["max_length"]},
+    resources:
+        **armap_runtime("gamma_search"),
     threads: 1
     log:
         layout.log_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}"),
@@ -89,8 +98,11 @@ rule dlm_dpo:
         cfg=json.dumps(config["armap"]["dlm_dpo"]),
         domains=preference_domains,
         launcher=lambda wc, resources: launcher(resources),
+        launch=dpo_launch("dlm_dpo"),
     resources:
         **dpo_resources("dlm_dpo"),
+    # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
+    retries: dpo_retries("dlm_dpo")
     threads: 1
     log:
         layout.log_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
@@ -101,7 +113,7 @@ rule dlm_dpo:
     shell:
         "{params.launcher} -m ar2dlm.armap.dpo_run --manifest {input.manifest:q} --train {input.train:q} "
         "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {wildcards.seed} "
-        "--out {output:q} --job-log {log:q} --threads {threads}"
+        "--out {output:q} --job-log {log:q} --threads {threads} --launch {params.launch:q}"
 
 
 rule evaluate_armap_model:

@@ -27,6 +27,7 @@ from ar2dlm.pipeline.jobs import (armap_domains, armap_jobs, conversion_corpus, 
 from ar2dlm.core.hub import MissingAssetError, is_cached, missing_message, require_token
 from ar2dlm.pipeline.assets import assets_for, hub_assets
 from ar2dlm.evaluation.suite import BENCHMARK_KINDS
+from ar2dlm.plan.armap import STOP_FRACTION, over_runtime
 from ar2dlm.plan.memory import plan_jobs, unfit
 from ar2dlm.plan.one_gpu import plan_one_gpu_jobs, unfit_one_gpu
 from ar2dlm.reporting.armap import armap_report_inputs
@@ -51,7 +52,8 @@ GPU_JOBS = {}  # evaluation and AR-MAP jobs planned for it (GPUs of a sharded fu
 if config.get("cluster"):
     PLANS = {p.job: p for p in plan_jobs(config)}
     GPU_JOBS = {j.job: j for j in plan_one_gpu_jobs(config)}
-    _unfit = unfit(list(PLANS.values())) + unfit_one_gpu(list(GPU_JOBS.values()), config["cluster"]["gpu_memory_gb"])
+    _unfit = (unfit(list(PLANS.values())) + unfit_one_gpu(list(GPU_JOBS.values()), config["cluster"]["gpu_memory_gb"])
+              + over_runtime(GPU_JOBS.values()))
     if _unfit:
         raise WorkflowError("jobs that do not fit the config's cluster (python -m ar2dlm.plan prints every "
                             "estimate):\n  " + "\n  ".join(_unfit))
@@ -200,15 +202,36 @@ def launcher(resources):
     return sys.executable
 
 
+def armap_runtime(rule: str):
+    """A planned AR-MAP job's runtime (``cluster.armap_runtime_hours``, which the planner times it
+    against); none without a plan (the profile's)."""
+    return {"runtime": f"{config['cluster']['armap_runtime_hours'][rule]}h"} if GPU_JOBS else {}
+
+
 def dpo_resources(kind: str):
-    """GPUs and host memory of a planned DPO job (``kind``: dpo_teacher or dlm_dpo): one GPU for
-    LoRA DPO or a full DPO that fits it, else the planner's GPUs of one node, torchrun starting one
-    process per GPU, each loading the model in fp32 before sharding it. None without a plan (the
-    profile's)."""
+    """GPUs, host memory and runtime of a planned DPO job (``kind``: dpo_teacher or dlm_dpo): one
+    GPU for LoRA DPO or a full DPO that fits it, else the planner's GPUs of one node, torchrun
+    starting one process per GPU, each loading the model in fp32 before sharding it. None without a
+    plan (the profile's)."""
     if not GPU_JOBS:
         return {}
     gpus = lambda wc: GPU_JOBS[f"{kind}/{wc.model}"].gpus  # noqa: E731
-    return {"gpu": gpus, "mem_mb": lambda wc: 64000 if gpus(wc) == 1 else 48000 * gpus(wc)}
+    return {"gpu": gpus, "mem_mb": lambda wc: 64000 if gpus(wc) == 1 else 48000 * gpus(wc), **armap_runtime(kind)}
+
+
+def dpo_launch(kind: str) -> str:
+    """A planned DPO job's launch as JSON: it saves and stops at ``STOP_FRACTION`` of its runtime,
+    for its retry to resume (the planner's segments); {} without a plan."""
+    if not GPU_JOBS:
+        return "{}"
+    return json.dumps({"stop_after_hours": round(STOP_FRACTION * config["cluster"]["armap_runtime_hours"][kind], 2)})
+
+
+def dpo_retries(kind: str):
+    """Retries of a DPO rule: one per segment after the first of its longest planned run, and one for
+    a failure; None (the profile's) when every run fits one job."""
+    segments = max((j.segments for name, j in GPU_JOBS.items() if name.startswith(f"{kind}/")), default=1)
+    return segments if segments > 1 else None
 
 
 def conversion_plan(wildcards):
@@ -225,7 +248,7 @@ def conversion_launch(wildcards) -> str:
         return "{}"
     launch = {"activation_checkpointing": plan.launch.activation_checkpointing, "shard_teacher": plan.launch.shard_teacher}
     if plan.segments > 1:
-        launch["stop_after_hours"] = round(0.9 * config["cluster"]["runtime_hours"], 2)
+        launch["stop_after_hours"] = round(STOP_FRACTION * config["cluster"]["runtime_hours"], 2)
     return json.dumps(launch)
 
 

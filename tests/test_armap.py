@@ -249,3 +249,133 @@ def test_full_dpo_sharded_over_two_processes_learns_like_one(models, tmp_path, k
     assert one["sharded"]["processes"] == 1
     a, b = FolderWeights(tmp_path / "one"), FolderWeights(tmp_path / "two")
     assert all(torch.allclose(a[n], b[n], atol=2e-4) for n in a.names())
+
+
+def test_pairs_are_cut_as_trls_dpo_collator_cuts_them(smoke_tokenizer):
+    """The gamma search and DLM DPO's held-out scoring cut each pair to ``max_length`` tokens as TRL's
+    DPO collator does (keep_start), and drop a pair whose prompt alone fills it, as TRL's dataset
+    preparation does."""
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+    from ar2dlm.armap.gamma import _pairs as encoded_and_cut, scorable
+    from ar2dlm.data.tokenization import encode_pair
+
+    tok, _ = smoke_tokenizer
+    rows = _pairs(8)
+    long_prompt = {**rows[0], "prompt": rows[0]["prompt"] * 6}
+    max_length = len(encode_pair(tok, rows[0]["prompt"], "", eos=False)[0]) + 5
+    assert len(encode_pair(tok, long_prompt["prompt"], "", eos=False)[0]) >= max_length
+    assert scorable(tok, rows + [long_prompt], max_length) == rows
+    wins, loses = encoded_and_cut(tok, rows + [long_prompt], max_length)
+    assert len(wins) == len(loses) == len(rows)
+    full_w, full_l = encoded_and_cut(tok, rows)  # no max_length: whole pairs, for TRL's collator to cut
+    examples = [{"prompt_ids": p, "chosen_ids": cw, "rejected_ids": cl} for (p, cw), (_, cl) in zip(full_w, full_l)]
+    batch = DataCollatorForPreference(pad_token_id=tok.pad_token_id, max_length=max_length)(examples)
+    trl_rows = [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
+    ours = [p + c for p, c in wins + loses]
+    assert ours == trl_rows and max(len(r) for r in ours) == max_length  # chosen rows, then rejected rows
+    assert any(len(p + c) > max_length for p, c in full_w + full_l)  # the cut is exercised
+
+
+def test_scoring_runs_in_bf16_autocast_on_gpus_only():
+    from types import SimpleNamespace
+
+    from ar2dlm.armap.gamma import scoring_precision
+
+    assert not isinstance(scoring_precision(SimpleNamespace(device=torch.device("cpu"))), torch.autocast)
+    with pytest.warns(UserWarning):  # this machine has no GPU: autocast is built, disabled
+        gpu = scoring_precision(SimpleNamespace(device=torch.device("cuda", 0)))
+    assert isinstance(gpu, torch.autocast) and gpu.device == "cuda" and gpu.fast_dtype == torch.bfloat16
+    assert not gpu._cache_enabled  # no bf16 copy of every fp32 weight kept for the whole search
+
+
+def test_segment_work_folder_resumes_only_its_settings_and_results_replace_atomically(models, tmp_path, monkeypatch):
+    from ar2dlm.armap import segments
+
+    out = tmp_path / "dpo"
+    work = segments.work_dir(out, {"steps": 4})
+    for step, complete in ((2, True), (4, False)):
+        (work / f"checkpoint-{step}").mkdir()
+        if complete:
+            (work / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    assert segments.last_checkpoint(work) == work / "checkpoint-2"  # the one a kill cut short is removed
+    assert not (work / "checkpoint-4").exists() and segments.checkpoint_step(work / "checkpoint-2") == 2
+    assert segments.work_dir(out, {"steps": 4}) == work and (work / "checkpoint-2").is_dir()
+    segments.work_dir(out, {"steps": 8})  # other settings: a fresh run, the old checkpoints kept aside
+    assert segments.last_checkpoint(work) is None
+    aside = list(tmp_path.glob("dpo.train.superseded-*"))
+    assert len(aside) == 1 and (aside[0] / "checkpoint-2").is_dir()
+    model, tok, conv, _ = load_model(models / "dlm")
+    segments.publish(model, tok, out, {**conv.to_dict(), "method": "first"})
+    monkeypatch.setattr(segments, "save_model", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        segments.publish(model, tok, out, {**conv.to_dict(), "method": "second"})
+    assert load_model(out).info["method"] == "first"  # a failed save leaves the earlier result whole
+
+
+def _dpo_cli(models, tmp_path, out, cfg, *, launch=None, kill_at=None):
+    """dlm_dpo's command line on the test DLM in a fresh process; ``kill_at``: SIGKILL the process at
+    the end of that step, before anything of it is saved (a job killed at its time limit)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from ar2dlm.provenance import write_jsonl
+
+    rows = _pairs(16)
+    write_jsonl(tmp_path / "train.jsonl", rows[:12])
+    write_jsonl(tmp_path / "eval.jsonl", rows[12:])
+    args = ["--model", str(models / "dlm"), "--train", str(tmp_path / "train.jsonl"),
+            "--eval", str(tmp_path / "eval.jsonl"), "--settings", json.dumps(cfg), "--seed", "0", "--out", str(out),
+            "--launch", json.dumps(launch or {})]
+    script = ("import os, signal, sys\n"
+              "from transformers import TrainerCallback\n"
+              "import ar2dlm.armap.dpo as dpo\n"
+              "from ar2dlm.armap.dpo_run import main\n"
+              "class Kill(TrainerCallback):\n"
+              "    def on_step_end(self, args, state, control, **kwargs):\n"
+              "        if state.global_step == int(sys.argv[1]):\n"
+              "            os.kill(os.getpid(), signal.SIGKILL)\n"
+              "make = dpo.make_trainer\n"
+              "def make_trainer(*a, **k):\n"
+              "    trainer = make(*a, **k)\n"
+              "    trainer.add_callback(Kill())\n"
+              "    return trainer\n"
+              "dpo.make_trainer = make_trainer\n"
+              "main(sys.argv[2:])\n")
+    return subprocess.run([sys.executable, "-c", script, str(kill_at or -1), *args], capture_output=True, text=True,
+                          timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def test_dlm_dpo_killed_or_stopped_resumes_from_its_last_checkpoint_to_the_uninterrupted_weights(models, tmp_path):
+    """LoRA DPO of a DLM through dlm_dpo's command line: a segment that stops before its time limit
+    exits 75 with a checkpoint, a job killed after its next periodic checkpoint loses only the
+    steps since, and the rerun resumes there and ends at the weights of an uninterrupted run;
+    an earlier result stays whole until the run completes."""
+    from ar2dlm.provenance import read_json
+
+    cfg = {"beta": 0.5, "steps": 6, "lr": 3e-3, "batch_size": 4, "grad_accum": 2, "max_length": 64, "train_pairs": None,
+           "eval_pairs": None, "elbo_samples": 1, "eval_elbo_samples": 2, "checkpoint_every": 2,
+           "lora": {"r": 4, "alpha": 8, "dropout": 0.1}}
+    out, work = tmp_path / "resumed", tmp_path / "resumed.train"
+    out.mkdir()
+    (out / "earlier_result").write_text("kept until the run completes")
+    stopped = _dpo_cli(models, tmp_path, out, cfg, launch={"stop_after_hours": 1e-9})
+    assert stopped.returncode == 75 and "stopped after step 1 of 6" in stopped.stderr, stopped.stderr[-3000:]
+    assert [p.name for p in work.glob("checkpoint-*")] == ["checkpoint-1"]
+    killed = _dpo_cli(models, tmp_path, out, cfg, kill_at=3)  # resumes at 1, saves at 2, killed in 3
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert [p.name for p in work.glob("checkpoint-*")] == ["checkpoint-2"] and (out / "earlier_result").is_file()
+    scores = {p.name: p.stat().st_mtime_ns for p in work.glob("*.pt")}
+    assert set(scores) == {"reference_scores.pt", "accuracy_before.pt"}
+    done = _dpo_cli(models, tmp_path, out, cfg)
+    assert done.returncode == 0, done.stderr[-3000:]
+    info = read_json(out / "ar2dlm.json")
+    assert info["resumed_from_step"] == 2 and not work.exists() and not (out / "earlier_result").exists()
+    assert _dpo_cli(models, tmp_path, tmp_path / "straight", cfg).returncode == 0
+    straight = read_json(tmp_path / "straight" / "ar2dlm.json")
+    assert straight["resumed_from_step"] is None
+    assert straight["reward_accuracy_before"] == info["reward_accuracy_before"]
+    a, b = FolderWeights(out), FolderWeights(tmp_path / "straight")
+    assert max(float((a[n].float() - b[n].float()).abs().max()) for n in a.names()) == 0.0

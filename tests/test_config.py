@@ -70,6 +70,12 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     for rule in ("dpo_teacher", "dlm_dpo"):  # GPUs from the planner: LoRA DPO on one, in the paper preset
         block = next(b for b in blocks if f"rule {rule}:" in b)
         assert "gpu=1" in block and "mem_mb=64000" in block and "cpus_per_gpu=8" in block, block
+    # AR-MAP's runtimes are the ones the planner times its jobs against, not the profile's
+    paper = yaml.safe_load((REPO / "config" / "presets" / "paper.yaml").read_text())
+    runtimes = paper["cluster"]["armap_runtime_hours"]
+    for rule, hours in runtimes.items():
+        block = next(b for b in blocks if f"rule {rule}:" in b)
+        assert f"runtime={round(hours * 60)}" in block and "runtime" not in profile["set-resources"][rule], block
 
 
 def test_one_figure_builds_only_what_it_needs(dry_run):

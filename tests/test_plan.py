@@ -12,7 +12,8 @@ import yaml
 from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.plan.__main__ import main
 from ar2dlm.plan.memory import GB, QWEN3_SHAPES, Launch, estimate, peak, plan_jobs, unfit
-from ar2dlm.plan.one_gpu import dpo_parts, plan_one_gpu_jobs, unfit_one_gpu
+from ar2dlm.plan.armap import STOP_FRACTION, dpo_step_flops, over_runtime, segmented
+from ar2dlm.plan.one_gpu import dpo_parts, gamma_parts, plan_one_gpu_jobs, unfit_one_gpu
 from ar2dlm.pipeline.runs import resolve_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,8 +77,9 @@ def test_a_job_the_cluster_cannot_hold_stops_the_dag_build(tmp_path):
     override.write_text(yaml.safe_dump({"preset": "paper", "cluster": {**paper()["cluster"], "gpu_memory_gb": 12}}))
     proc = run_snakemake(["-n", "all_tables", "--configfile", str(PAPER), str(override)], tmp_path, timeout=120)
     out = proc.stdout + proc.stderr
+    gamma = next(j for j in plan_one_gpu_jobs(paper()) if j.job == "gamma_search/qwen3_8b")
     assert proc.returncode != 0 and "do not fit the config's cluster" in out
-    assert "qwen3_8b/ed:" in out and "gamma_search/qwen3_8b: needs 66 GB on one GPU" in out
+    assert "qwen3_8b/ed:" in out and f"gamma_search/qwen3_8b: needs {gamma.peak_gb:.0f} GB on one GPU" in out
 
 
 def test_peak_is_the_larger_phase():
@@ -95,7 +97,10 @@ def test_evaluation_and_armap_jobs_fit_one_80gb_gpu_and_the_unfit_are_named():
     assert all(j.fits for j in jobs), [j.job for j in jobs if not j.fits]
     small = {**config, "cluster": {**config["cluster"], "gpu_memory_gb": 40}}
     lines = unfit_one_gpu(plan_one_gpu_jobs(small), 40)
-    assert any(line.startswith("gamma_search/qwen3_8b: needs 66 GB on one GPU, over 90% of 40 GB") for line in lines)
+    gamma = next(j for j in jobs if j.job == "gamma_search/qwen3_8b")
+    assert 0.9 * 40 < gamma.peak_gb < 0.9 * 80  # the fp32 merge (33 GB) and one forward's scoring
+    assert any(line.startswith(f"gamma_search/qwen3_8b: needs {gamma.peak_gb:.0f} GB on one GPU, over 90% of 40 GB")
+               for line in lines)
     assert not any(line.startswith("dpo_teacher/") for line in lines)  # LoRA DPO of 8B fits 40 GB
 
 
@@ -127,3 +132,64 @@ def test_full_dpo_of_8b_is_sharded_over_the_gpus_that_hold_it(tmp_path):
                          tmp_path, timeout=120)
     out = proc.stdout + proc.stderr
     assert "--nproc_per_node=4 -m ar2dlm.armap.dpo_run --model" in out, out[-3000:]
+    # each planned DPO job stops with a checkpoint before its runtime, for its retry to resume
+    stop = STOP_FRACTION * config["cluster"]["armap_runtime_hours"]["dpo_teacher"]
+    assert f"""--launch '{{"stop_after_hours": {stop:g}}}'""" in out, out[-3000:]
+
+
+def test_every_armap_job_of_the_paper_fits_its_runtime_dpo_in_resumable_segments():
+    config = paper()
+    jobs = {j.job: j for j in plan_one_gpu_jobs(config)}
+    runtimes = config["cluster"]["armap_runtime_hours"]
+    armap = [j for j in jobs.values() if j.job.split("/")[0] in runtimes]
+    assert len(armap) == 8 and all(j.time is not None for j in armap) and not over_runtime(jobs.values())
+    for j in armap:
+        assert j.time.longest_hours <= j.time.runtime_hours == runtimes[j.job.split("/")[0]]
+        if j.time.segments > 1:  # only DPO resumes; a longer run takes the jobs it needs
+            assert j.job.split("/")[0] in ("dpo_teacher", "dlm_dpo")
+            assert j.time.hours > STOP_FRACTION * j.time.runtime_hours * (j.time.segments - 1)
+    dlm = jobs["dlm_dpo/qwen3_8b"].time
+    assert dlm.segments >= 4 and dlm.hours > 3 * runtimes["dlm_dpo"]  # 2000 steps of 2L rows, two ELBO draws each
+    # a runtime the gamma search cannot fit fails the plan, naming the job; the CLI exits 1
+    short = {**config, "cluster": {**config["cluster"], "armap_runtime_hours": {**runtimes, "gamma_search": 1}}}
+    lines = over_runtime(plan_one_gpu_jobs(short))
+    assert len(lines) == 2 and lines[1].startswith("gamma_search/qwen3_8b: takes") and "runtime of 1 h" in lines[1]
+
+
+def test_the_cli_fails_when_an_armap_job_overruns(tmp_path, capsys):
+    config = yaml.safe_load(PAPER.read_text())
+    config["cluster"]["armap_runtime_hours"]["gamma_search"] = 1
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["--configfile", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert "gamma_search/qwen3_8b: takes" in captured.err and "| dlm_dpo/qwen3_8b | 1 |" in captured.out
+
+
+@pytest.mark.parametrize("train_h", [1.0, 21.0, 22.0, 50.0, 90.0])
+def test_segments_each_fit_the_runtime_and_cover_the_training(train_h):
+    load, first, last, runtime = 0.1, 0.6, 0.5, 24.0
+    t = segmented(train_h * 3600, load * 3600, first * 3600, last * 3600, runtime)
+    budget = STOP_FRACTION * runtime - load  # training (and the first job's scoring) per job
+    assert t.fits and t.longest_hours <= runtime
+    assert t.segments * budget - first >= train_h > (t.segments - 1) * budget - first  # as few jobs as cover it
+    assert t.hours == pytest.approx(t.segments * load + first + train_h + last)
+    stuck = segmented(3600, 3600 * 0.95 * runtime, 0, 0, runtime)  # loading alone passes the stop
+    assert stuck.segments == 0 and not stuck.fits and stuck.hours == pytest.approx(0.95 * runtime + 1)
+
+
+def test_armap_memory_and_time_count_the_2l_layout_and_the_configured_length():
+    shape, config = QWEN3_SHAPES["Qwen/Qwen3-8B-Base"], paper()
+    one, two = gamma_parts(shape, 8, 2048, False), gamma_parts(shape, 8, 2048, True)
+    assert two["activations"] == pytest.approx(2 * one["activations"]) and two["logits"] == one["logits"]
+    assert gamma_parts(shape, 8, 4096, True)["activations"] == pytest.approx(2 * two["activations"])
+    # logits at masked positions only: a few GB at 8B, not 8 x 4096 x 151936 in bf16 and fp32 (60 GB)
+    assert two["logits"] / GB < 6
+    cfg = config["armap"]["dlm_dpo"]
+    flat, layered = dpo_parts(shape, cfg, True, False), dpo_parts(shape, cfg, True, True)
+    assert layered["activations"] > 1.9 * flat["activations"]
+    assert dpo_parts(shape, {**cfg, "elbo_samples": 4}, True, True)["activations"] > 1.5 * layered["activations"]
+    assert dpo_step_flops(shape, cfg, True, True) > 1.8 * dpo_step_flops(shape, cfg, True, False)
+    longer = {**config, "armap": {**config["armap"], "dpo": {**config["armap"]["dpo"], "max_length": 4096}}}
+    gamma = lambda c: next(j for j in plan_one_gpu_jobs(c) if j.job == "gamma_search/qwen3_8b")  # noqa: E731
+    assert gamma(longer).peak_gb > gamma(config).peak_gb and gamma(longer).time.hours > 2 * gamma(config).time.hours

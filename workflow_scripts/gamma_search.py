@@ -5,6 +5,6 @@ from ar2dlm.pipeline.layout import final_checkpoint
 log_to(snakemake.log[0], snakemake.threads)
 inp, out, wc, p = snakemake.input, snakemake.output, snakemake.wildcards, snakemake.params
 dlm = final_checkpoint(inp.manifest)
-cfg = {**p.cfg["gamma"], "merges": p.cfg["merges"]}
+cfg = {**p.cfg["gamma"], "merges": p.cfg["merges"], "max_length": p.cfg["max_length"]}
 search(inp.teacher, inp.dpo, dlm, preference_rows(inp.eval, cfg["eval_pairs"]), cfg, wc.merge, out.curve, out.model,
        seed=int(wc.seed))

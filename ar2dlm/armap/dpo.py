@@ -15,6 +15,10 @@ LoRA delta. Full DPO of a causal model precomputes the reference log-probabiliti
 ``precompute_ref_log_probs``), so no reference copy stays in memory; full DPO of a DLM keeps a frozen
 reference, since its ELBO masks change every step.
 
+TRL's run checkpoints every ``checkpoint_every`` steps into ``<out>.train/`` and resumes from the
+last checkpoint there (:mod:`ar2dlm.armap.segments`), so a job killed at its time limit, or one
+planned in segments (``stop_after_hours``), continues where it stopped.
+
 Full DPO on several GPUs (``train_dpo_sharded``, launched by torchrun like a conversion) runs in the
 project's own FSDP2 trainer with the DPO objective (``ar2dlm.methods.dpo.Preference``):
 policy and frozen reference sharded across the processes, checkpoints resumable on any number of
@@ -23,22 +27,30 @@ them; the exported folder carries the same provenance as TRL's path.
 
 from __future__ import annotations
 
-import tempfile
+import shutil
 import time
 import zlib
 
 import torch
 
+from ..core.diffusion import chunked_rows
 from ..core.likelihood import elbo_terms
 from ..core.models import load_model, save_model
 from ..provenance import library_versions
+from .segments import checkpoint_step, last_checkpoint, publish, run_settings, scored_once, stop_before_limit, work_dir
 
 FIELDS = ("prompt", "chosen", "rejected")
 
 
+def checkpoint_every(cfg: dict) -> int:
+    """Steps between resumable checkpoints (default: one, at the end)."""
+    return cfg.get("checkpoint_every") or cfg["steps"]
+
+
 def dpo_args(cfg: dict, seed: int, output_dir: str, precompute_ref: bool = False):
     """TRL's DPOConfig from a dpo section of the config (fp32 on CPU; bf16 and gradient checkpointing
-    on GPU; ``batch_size`` split into ``grad_accum`` micro-batches)."""
+    on GPU; ``batch_size`` split into ``grad_accum`` micro-batches), saving a resumable checkpoint
+    every ``checkpoint_every`` steps (the last one kept)."""
     from trl import DPOConfig
 
     gpu = torch.cuda.is_available()
@@ -47,7 +59,8 @@ def dpo_args(cfg: dict, seed: int, output_dir: str, precompute_ref: bool = False
                      per_device_train_batch_size=cfg["batch_size"] // accum, gradient_accumulation_steps=accum,
                      per_device_eval_batch_size=cfg["batch_size"] // accum, activation_checkpointing=gpu,
                      lr_scheduler_type="cosine", warmup_steps=max(1, cfg["steps"] // 10),
-                     max_length=cfg["max_length"], logging_steps=10, save_strategy="no", eval_strategy="no",
+                     max_length=cfg["max_length"], logging_steps=10, save_strategy="steps",
+                     save_steps=checkpoint_every(cfg), save_total_limit=1, eval_strategy="no",
                      precompute_ref_log_probs=precompute_ref, report_to=[], use_cpu=not gpu, bf16=gpu, seed=seed,
                      data_seed=seed)
 
@@ -68,16 +81,23 @@ def _dataset(rows):
     return Dataset.from_list([{k: r[k] for k in FIELDS} for r in rows])
 
 
+def _entropy(logits):
+    logp = torch.log_softmax(logits.float(), -1)
+    return -(logp.exp() * logp).sum(-1)
+
+
 class _ElboOutput:
     """What TRL's DPO loss reads from a fused forward, for a DLM: per-token terms aligned to the
-    next-token labels (``[:, j]`` scores token j + 1), zero outside the completion."""
+    next-token labels (``[:, j]`` scores token j + 1), zero outside the completion; the metrics
+    from the logits of masked positions (``logits`` (N, V), in row-major order of ``masked``)."""
 
     def __init__(self, terms, logits, clean, masked):
         self.log_probs = terms[:, 1:]
-        logp = torch.log_softmax(logits.detach().float(), -1)
-        self.entropy = (-(logp.exp() * logp).sum(-1) * masked)[:, 1:]
-        self.mean_logits = (logits.detach().float().mean(-1) * masked)[:, 1:]
-        self.is_top1 = ((logits.detach().argmax(-1) == clean) & masked.bool())[:, 1:]
+        logits = logits.detach()
+        at_masked = lambda v: v.new_zeros(masked.shape).masked_scatter(masked, v)[:, 1:]  # noqa: E731
+        self.entropy = at_masked(chunked_rows(_entropy, logits))  # fp32 in chunks, not an (N, V) fp32 copy
+        self.mean_logits = at_masked(logits.mean(-1, dtype=torch.float32))
+        self.is_top1 = at_masked(logits.argmax(-1) == clean[masked])
         self.aux_loss = None
 
 
@@ -136,47 +156,62 @@ def _dlm_trainer_class():
 
 
 def train_dpo(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir, cfg: dict, seed: int,
-              domains: list[str]) -> dict:
+              domains: list[str], launch: dict | None = None) -> dict:
     """DPO of the model in ``model_dir`` (the AR teacher, or a DLM: AR-MAP's direct baseline) on
     preference pairs; saves an HF folder with the model's conventions and the provenance: TRL's
     log, and the held-out reward accuracy before and after (for a DLM, scored with the core ELBO on
-    ``eval_elbo_samples`` masks, as AR-MAP's gamma search scores it)."""
+    ``eval_elbo_samples`` masks, as AR-MAP's gamma search scores it). Resumes from the last
+    checkpoint of ``<out_dir>.train/``; with ``stop_after_hours`` in ``launch``, a segment that
+    stops before the last step returns ``{"stopped_at": step}`` and writes no result."""
     lora = cfg.get("lora")
     gpu = torch.cuda.is_available()
+    t0 = time.time()
+    work = work_dir(out_dir, run_settings(model_dir, cfg, seed, train_rows, eval_rows))
+    resume = last_checkpoint(work)
     model, tok, conv, info = load_model(model_dir, dtype=torch.bfloat16 if lora and gpu else torch.float32)
     # the reference: the adapter disabled (LoRA), precomputed log-probabilities (full DPO of a causal
     # model) or a frozen copy (full DPO of a DLM)
     ref = load_model(model_dir, dtype=torch.float32).model.eval().requires_grad_(False) \
         if conv.is_diffusion and not lora else None
-    t0 = time.time()
-    with tempfile.TemporaryDirectory() as tmp:
-        if conv.is_diffusion:
-            from .gamma import reference_scores, reward_accuracy
+    if conv.is_diffusion:
+        from .gamma import reference_scores, reward_accuracy
 
-            # scored before training, when the policy is still the reference
-            refs = reference_scores(model, conv, eval_rows, tok, n_samples=cfg["eval_elbo_samples"], seed=seed)
-            score = lambda m: reward_accuracy(m, conv, eval_rows, tok, refs, beta=cfg["beta"],  # noqa: E731
-                                              n_samples=cfg["eval_elbo_samples"], seed=seed)
-            before = score(model)
-            trainer = make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, tmp)
-            trainer.train()
-            trained = _merged(trainer.model)
-            after, eval_loss = score(trained), None
-        else:
-            trainer = make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, tmp)
-            before = trainer.evaluate()["eval_rewards/accuracies"]
-            trainer.train()
-            result = trainer.evaluate()
-            after, eval_loss = result["eval_rewards/accuracies"], result["eval_loss"]
-            trained = _merged(trainer.model)
-        log = trainer.state.log_history
+        kw = dict(n_samples=cfg["eval_elbo_samples"], seed=seed, max_length=cfg["max_length"])
+        # scored before training, when the policy is still the reference
+        refs = scored_once(work / "reference_scores.pt", lambda: reference_scores(model, conv, eval_rows, tok, **kw))
+        score = lambda m: reward_accuracy(m, conv, eval_rows, tok, refs, beta=cfg["beta"], **kw)  # noqa: E731
+        before = scored_once(work / "accuracy_before.pt", lambda: score(model))
+        trainer = make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, str(work))
+        if not _train(trainer, cfg, launch or {}, t0, resume):
+            return {"stopped_at": trainer.state.global_step, "steps": cfg["steps"]}
+        trained = _merged(trainer.model)
+        after, eval_loss = score(trained), None
+    else:
+        trainer = make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, str(work))
+        before = trainer.evaluate()["eval_rewards/accuracies"]
+        if not _train(trainer, cfg, launch or {}, t0, resume):
+            return {"stopped_at": trainer.state.global_step, "steps": cfg["steps"]}
+        result = trainer.evaluate()
+        after, eval_loss = result["eval_rewards/accuracies"], result["eval_loss"]
+        trained = _merged(trainer.model)
     provenance = {**conv.to_dict(), "method": "dlm_dpo" if conv.is_diffusion else "ar_dpo",
                   "base_model": str(model_dir), "domains": domains, "seed": seed, "dpo": cfg,
                   "train_pairs": len(train_rows), "eval_pairs": len(eval_rows),
                   "reward_accuracy_before": before, "reward_accuracy": after, "eval_loss": eval_loss,
-                  "wall_seconds": round(time.time() - t0, 1), "log": log, "versions": library_versions()}
-    save_model(trained, tok, out_dir, provenance)
+                  "resumed_from_step": checkpoint_step(resume), "wall_seconds": round(time.time() - t0, 1),
+                  "log": trainer.state.log_history, "versions": library_versions()}
+    publish(trained, tok, out_dir, provenance)
+    shutil.rmtree(work)  # the run is complete: its checkpoints resume nothing
     return provenance
+
+
+def _train(trainer, cfg: dict, launch: dict, start: float, resume) -> bool:
+    """TRL's training from ``resume`` (a checkpoint folder, or None); False when the segment stopped
+    before the last step (``launch["stop_after_hours"]`` after ``start``)."""
+    if launch.get("stop_after_hours"):
+        trainer.add_callback(stop_before_limit(start, launch["stop_after_hours"]))
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    return trainer.state.global_step >= cfg["steps"]
 
 
 def sharded_dpo_run(cfg: dict, conventions: dict, launch: dict) -> dict:
@@ -206,9 +241,10 @@ def pair_reward_accuracy(model, ref, tok, conv, rows: list[dict], cfg: dict, see
 
     if conv.is_diffusion:
         n = cfg["eval_elbo_samples"]
-        refs = reference_scores(ref, conv, rows, tok, n_samples=n, seed=seed)
-        return reward_accuracy(model, conv, rows, tok, refs, beta=cfg["beta"], n_samples=n, seed=seed)
-    wins, loses = _pairs(tok, rows)
+        refs = reference_scores(ref, conv, rows, tok, n_samples=n, seed=seed, max_length=cfg["max_length"])
+        return reward_accuracy(model, conv, rows, tok, refs, beta=cfg["beta"], n_samples=n, seed=seed,
+                               max_length=cfg["max_length"])
+    wins, loses = _pairs(tok, rows, cfg["max_length"])
     score = lambda m, pairs: torch.tensor(ar_loglikelihood(m, pairs, tok.pad_token_id))  # noqa: E731
     margin = (score(model, wins) - score(ref, wins)) - (score(model, loses) - score(ref, loses))
     return float((cfg["beta"] * margin > 0).float().mean())
@@ -218,7 +254,8 @@ def train_dpo_sharded(model_dir, train_rows: list[dict], eval_rows: list[dict], 
                       domains: list[str], launch: dict | None = None) -> dict | None:
     """Full DPO under torchrun, every process calling this: the trainer's checkpoints go to
     ``<out_dir>.train/`` (a killed job resumes there, on any number of processes), and rank 0 writes
-    the final weights to ``out_dir`` with the provenance ``train_dpo`` writes."""
+    the final weights to ``out_dir`` with the provenance ``train_dpo`` writes. A segment stopped by
+    ``stop_after_hours`` returns ``{"stopped_at": step}`` on every process."""
     from pathlib import Path
 
     from ..core.models import checkpoint_dir, load_conventions
@@ -241,6 +278,8 @@ def train_dpo_sharded(model_dir, train_rows: list[dict], eval_rows: list[dict], 
     t0 = time.time()
     info = train_run(run, model_dir, pairs, work, seed=seed, preset="", model_name=Path(model_dir).name,
                      launch=launch)
+    if info["stopped_at"] is not None:  # a segment of a run planned in several: its retry resumes
+        return {"stopped_at": info["stopped_at"], "steps": cfg["steps"]}
     if rank != 0:
         return None
     final = checkpoint_dir(work, cfg["steps"])

@@ -1,16 +1,19 @@
 """Command line of one DPO job (AR-MAP's DPO of the teacher, or its DPO-on-the-DLM baseline), what
 the ``dpo_teacher`` and ``dlm_dpo`` rules launch: plain ``python -m`` for one process (TRL's
 DPOTrainer, LoRA or full), ``torchrun`` for full DPO sharded over several GPUs (the project's FSDP2
-trainer), as the planner decides."""
+trainer), as the planner decides. A job planned in segments stops with exit status 75 after a
+checkpoint, and its retry resumes."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 
 from ..core.models import final_checkpoint
 from ..provenance import log_to
+from ..training.convert_run import SEGMENT_DONE
 from ..training.distributed import process_group
 from .dpo import train_dpo, train_dpo_sharded
 from .pipeline import preference_rows
@@ -30,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--job-log", default=None)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--launch", default="{}", help="the plan's launch choices as JSON (activation_checkpointing, "
-                    "shard_teacher)")
+                    "shard_teacher, stop_after_hours)")
     a = ap.parse_args(argv)
     if len(a.domains) != len(a.train):
         ap.error(f"--domains names {len(a.domains)} domains for {len(a.train)} --train files")
@@ -40,11 +43,16 @@ def main(argv: list[str] | None = None) -> None:
     cfg = json.loads(a.settings)
     model = a.model or final_checkpoint(a.manifest)
     train, held = preference_rows(a.train, cfg["train_pairs"]), preference_rows(a.eval, cfg["eval_pairs"])
+    launch = json.loads(a.launch)
     if world > 1:
         with process_group():  # each process on its own GPU, the group destroyed at the end
-            train_dpo_sharded(model, train, held, a.out, cfg, a.seed, a.domains, json.loads(a.launch))
+            result = train_dpo_sharded(model, train, held, a.out, cfg, a.seed, a.domains, launch)
     else:
-        train_dpo(model, train, held, a.out, cfg, a.seed, a.domains)
+        result = train_dpo(model, train, held, a.out, cfg, a.seed, a.domains, launch)
+    if result is not None and result.get("stopped_at") is not None:
+        print(f"stopped after step {result['stopped_at']} of {result['steps']} with a checkpoint, before the job's "
+              "time limit; its retry resumes from it", file=sys.stderr)
+        sys.exit(SEGMENT_DONE)
 
 
 if __name__ == "__main__":

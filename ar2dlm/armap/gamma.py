@@ -1,17 +1,23 @@
 """AR-MAP's reward-guided gamma search.
 
 For each gamma of a grid, the merged DLM ``W_DLM + gamma * tau_pref`` (tau as is, TIES-trimmed or
-DARE-dropped; built tensor by tensor from the model folders) is scored by its batch reward accuracy on held-out preference pairs: the share of
-pairs with beta * (log p_merged(y_w|x) - log p_ref(y_w|x)) > beta * (log p_merged(y_l|x) -
-log p_ref(y_l|x)), the reference being the DLM itself (gamma = 0). DLM log-likelihoods are the core
-ELBO estimator with the same Monte Carlo masks for every gamma and for the reference (common random
-numbers), so differences between gammas are not mask noise. The pairs are split in two: gamma_hat
+DARE-dropped; built tensor by tensor from the model folders) is scored by its batch reward
+accuracy on held-out preference pairs: the share of pairs with beta * (log p_merged(y_w|x) -
+log p_ref(y_w|x)) > beta * (log p_merged(y_l|x) - log p_ref(y_l|x)), the reference being the DLM
+itself (gamma = 0). DLM log-likelihoods are the core ELBO estimator with the same Monte Carlo masks
+for every gamma and for the reference (common random numbers), so differences between gammas are
+not mask noise. The pairs are split in two: gamma_hat
 is the most accurate gamma on the search half (the smallest among ties), and the curve is also
 reported on the other half, so a claim about gamma_hat is not judged on the pairs that chose it.
+
+At 8B a pair is scored within one GPU: pairs are cut to DPO's ``max_length`` as TRL's collator cuts
+them, only masked positions are projected to the vocabulary, and on a GPU the forwards run in bf16
+autocast over the fp32 merge.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -21,55 +27,85 @@ from ..data.tokenization import encode_pair
 from .merge import stream_merge
 
 
-def _pairs(tok, rows):
-    wins = [encode_pair(tok, r["prompt"], r["chosen"]) for r in rows]
-    loses = [encode_pair(tok, r["prompt"], r["rejected"]) for r in rows]
+def scorable(tok, rows: list[dict], max_length: int | None) -> list[dict]:
+    """The rows TRL's DPO keeps at ``max_length`` (truncation_mode keep_start): those whose prompt
+    leaves room for at least one completion token."""
+    if max_length is None:
+        return rows
+    return [r for r in rows if len(encode_pair(tok, r["prompt"], "", eos=False)[0]) < max_length]
+
+
+def _keep_start(pair: tuple[list[int], list[int]], max_length: int | None) -> tuple[list[int], list[int]]:
+    prompt, completion = pair
+    return pair if max_length is None else (prompt, completion[:max_length - len(prompt)])
+
+
+def _pairs(tok, rows, max_length: int | None = None):
+    """Token ids of the chosen and the rejected sequences, cut as TRL's DPO collator cuts them: the
+    rows :func:`scorable` keeps, prompt plus completion truncated to their first ``max_length``
+    tokens (the lengths DPO trained on, and what bounds a forward's memory)."""
+    rows = scorable(tok, rows, max_length)
+    wins = [_keep_start(encode_pair(tok, r["prompt"], r["chosen"]), max_length) for r in rows]
+    loses = [_keep_start(encode_pair(tok, r["prompt"], r["rejected"]), max_length) for r in rows]
     return wins, loses
 
 
+def scoring_precision(model):
+    """bf16 autocast on a GPU over the fp32 weights (the merge is exact in fp32, the forwards run at
+    the GPU's bf16 rate); CPUs score in fp32. No cast cache: it would hold a bf16 copy of every
+    weight for as long as the context lasts (16 GB at 8B)."""
+    if model.device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
+
+
 def _elbos(model, conv, pairs, n_samples, seed, offset, batch_size):
-    return torch.tensor([r["elbo"] for r in dlm_elbo(model, conv, pairs, n_samples=n_samples, seed=seed + offset,
-                                                     batch_size=batch_size)])
+    with scoring_precision(model):
+        elbos = dlm_elbo(model, conv, pairs, n_samples=n_samples, seed=seed + offset, batch_size=batch_size)
+    return torch.tensor([r["elbo"] for r in elbos])
 
 
-def reference_scores(ref, conv, rows: list[dict], tok, *, n_samples: int, seed: int, batch_size: int = 32) -> tuple:
+def reference_scores(ref, conv, rows: list[dict], tok, *, n_samples: int, seed: int, batch_size: int = 32,
+                     max_length: int | None = None) -> tuple:
     """ELBOs of the chosen and the rejected responses under the reference model (``batch_size``
-    masked copies per forward)."""
-    wins, loses = _pairs(tok, rows)
+    masked copies per forward), on the pairs cut to ``max_length`` (:func:`_pairs`)."""
+    wins, loses = _pairs(tok, rows, max_length)
     return (_elbos(ref, conv, wins, n_samples, seed, 0, batch_size),
             _elbos(ref, conv, loses, n_samples, seed, 1, batch_size))
 
 
 def reward_accuracy(model, conv, rows: list[dict], tok, refs: tuple, *, beta: float, n_samples: int,
-                    seed: int, batch_size: int = 32) -> float:
+                    seed: int, batch_size: int = 32, max_length: int | None = None) -> float:
     """Share of pairs whose implicit reward margin against the reference (``refs``, from
-    :func:`reference_scores` with the same seed: the same masks) is positive."""
+    :func:`reference_scores` with the same seed and ``max_length``: the same masks) is positive."""
     (rw, rl), (mw, ml) = refs, reference_scores(model, conv, rows, tok, n_samples=n_samples, seed=seed,
-                                                batch_size=batch_size)
+                                                batch_size=batch_size, max_length=max_length)
     return float((beta * (mw - rw) > beta * (ml - rl)).float().mean())
 
 
 @torch.no_grad()
 def gamma_search(model, conv, tok, dlm, tuned, pre, rows: list[dict], *, grid: list[float], merge: str,
-                 options: dict, beta: float, n_samples: int, seed: int, batch_size: int = 32) -> dict:
+                 options: dict, beta: float, n_samples: int, seed: int, batch_size: int = 32,
+                 max_length: int | None = None) -> dict:
     """The reward-accuracy curve over ``grid``; ``model`` (the DLM's architecture) is set to each
     merge ``dlm + gamma * merged(tuned - pre)`` from the folders' weights (``FolderWeights``), one
-    tensor at a time, and ends at gamma_hat."""
+    tensor at a time, and ends at gamma_hat. Pairs are cut to ``max_length`` as DPO cut them."""
     set_gamma = lambda gamma: stream_merge(model, dlm, tuned, pre, gamma, merge, options, seed)  # noqa: E731
     halves = {"search": rows[0::2], "test": rows[1::2]}
+    kw = dict(n_samples=n_samples, seed=seed, batch_size=batch_size, max_length=max_length)
     set_gamma(0)
-    refs = {name: reference_scores(model, conv, part, tok, n_samples=n_samples, seed=seed, batch_size=batch_size)
-            for name, part in halves.items()}
+    refs = {name: reference_scores(model, conv, part, tok, **kw) for name, part in halves.items()}
     curve = []
     for gamma in grid:
         t0 = time.time()
         set_gamma(gamma)
-        acc = {name: reward_accuracy(model, conv, part, tok, refs[name], beta=beta, n_samples=n_samples, seed=seed,
-                                     batch_size=batch_size) for name, part in halves.items()}
+        acc = {name: reward_accuracy(model, conv, part, tok, refs[name], beta=beta, **kw)
+               for name, part in halves.items()}
         curve.append({"gamma": gamma, "reward_accuracy": acc["search"], "test_reward_accuracy": acc["test"],
                       "seconds": round(time.time() - t0, 2)})
     best = max(curve, key=lambda r: (r["reward_accuracy"], -r["gamma"]))
     set_gamma(best["gamma"])
     return {"curve": curve, "gamma_hat": best["gamma"], "reward_accuracy_at_gamma_hat": best["reward_accuracy"],
-            "merge": merge, "options": options, "beta": beta, "elbo_samples": n_samples,
-            "search_pairs": len(halves["search"]), "test_pairs": len(halves["test"])}
+            "merge": merge, "options": options, "beta": beta, "elbo_samples": n_samples, "max_length": max_length,
+            "search_pairs": len(scorable(tok, halves["search"], max_length)),
+            "test_pairs": len(scorable(tok, halves["test"], max_length))}

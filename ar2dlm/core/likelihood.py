@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from .conventions import Conventions
-from .diffusion import collate, forward_aligned, noise, token_nll
+from .diffusion import collate, forward_aligned, noise, selected_nll
 from .sampling import left_pad
 
 
@@ -42,7 +42,7 @@ def ar_loglikelihood(model, pairs, pad_id: int, batch_size: int = 16) -> list[fl
 
 class ElboTerms(NamedTuple):
     terms: torch.Tensor  # (B, T) per-token ELBO terms, mean over draws; their row sum estimates log p
-    logits: torch.Tensor  # the last draw's logits (B, T, V), aligned to token positions
+    logits: torch.Tensor  # the last draw's logits at its masked positions (N, V), in row-major order
     masked: torch.Tensor  # the last draw's masked positions (B, T)
 
 
@@ -50,7 +50,11 @@ def elbo_terms(model, conv: Conventions, ids, valid, prompt_lens, generator, *, 
                beta: float = 0.0, complementary: bool = False) -> ElboTerms:
     """The ELBO's per-token terms -log p(c_i | x, c_masked) / p_i on masked completion tokens
     (0 elsewhere), averaged over ``n_samples`` mask draws from ``generator`` (each with its
-    complement when ``complementary``). Differentiable: DPO on a DLM trains through it."""
+    complement when ``complementary``). Differentiable: DPO on a DLM trains through it.
+
+    Only masked positions are projected to the vocabulary (``forward_aligned(..., where=masked)``):
+    the others weigh 0, and under the 2L layout full-vocabulary logits of every position would be
+    the largest tensor of a forward (50 GB for a 2k-token pair at 8B)."""
     if n_samples < 1:
         raise ValueError(f"n_samples must be at least 1, got {n_samples}")
     total, count = 0.0, 0
@@ -59,8 +63,9 @@ def elbo_terms(model, conv: Conventions, ids, valid, prompt_lens, generator, *, 
         if complementary:
             batches.append(noise(ids, valid, prompt_lens, conv, complement_of=batches[0]))
         for nb in batches:
-            logits, _ = forward_aligned(model, nb, conv)
-            total = total - token_nll(logits, nb.clean) * nb.weight
+            logits, _ = forward_aligned(model, nb, conv, where=nb.masked)
+            nll = selected_nll(logits, nb.clean[nb.masked])
+            total = total - torch.zeros_like(nb.weight).masked_scatter(nb.masked, nll) * nb.weight
             count += 1
     return ElboTerms(total / count, logits, nb.masked)
 

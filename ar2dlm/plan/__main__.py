@@ -1,8 +1,9 @@
 """``python -m ar2dlm.plan --configfile FILE [--gpu-memory-gb N]``: the per-GPU memory of every
 conversion job by part, the launch chosen for it (nodes, GPUs, rows per GPU, accumulation,
 activation checkpointing, teacher placement) and its hours; then the GPU memory of every
-evaluation and AR-MAP job kind (one GPU each); exits 1 naming each job that does not fit. The DAG
-build runs the same check when the config sets ``cluster``."""
+evaluation and AR-MAP job kind (one GPU each), and the hours of AR-MAP's jobs (DPO in resumable
+segments) against their runtimes; exits 1 naming each job that does not fit. The DAG build runs
+the same check when the config sets ``cluster``."""
 
 import argparse
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from ..pipeline.config import merge_preset
+from .armap import over_runtime
 from .memory import GB, plan_jobs, unfit
 from .one_gpu import plan_one_gpu_jobs, unfit_one_gpu
 
@@ -45,12 +47,15 @@ def main(argv=None) -> int:
               f"| {'sharded' if l.shard_teacher else 'replicated'} | {parts} | {p.peak_gb:.1f} | {p.hours:.1f} | {p.segments} |")
     one_gpu = plan_one_gpu_jobs(config)
     print(f"\nGPU memory (GB per GPU) of each evaluation and AR-MAP job on {c['gpu_memory_gb']:g} GB GPUs (the largest "
-          "benchmark of each kind per model; full DPO sharded when one GPU cannot hold it)\n")
-    print("| job | GPUs | parts | peak | fits |\n|---|---|---|---|---|")
+          "benchmark of each kind per model; full DPO sharded when one GPU cannot hold it); AR-MAP's hours in all, "
+          "the jobs they take and the longest one against its runtime\n")
+    print("| job | GPUs | parts | peak | fits | hours | segments | longest / runtime (h) |\n" + "|---" * 8 + "|")
     for j in one_gpu:
         parts = ", ".join(f"{k} {v / GB:.1f}" for k, v in j.parts.items() if v)
-        print(f"| {j.job} | {j.gpus} | {parts} | {j.peak_gb:.1f} | {'yes' if j.fits else 'no'} |")
-    bad = unfit(plans) + unfit_one_gpu(one_gpu, c["gpu_memory_gb"])
+        t = j.time
+        hours = f"{t.hours:.1f} | {t.segments} | {t.longest_hours:.1f} / {t.runtime_hours:g}" if t else "- | - | -"
+        print(f"| {j.job} | {j.gpus} | {parts} | {j.peak_gb:.1f} | {'yes' if j.fits else 'no'} | {hours} |")
+    bad = unfit(plans) + unfit_one_gpu(one_gpu, c["gpu_memory_gb"]) + over_runtime(one_gpu)
     if bad:
         print("\njobs that do not fit:\n" + "\n".join(f"  {b}" for b in bad), file=sys.stderr)
         return 1

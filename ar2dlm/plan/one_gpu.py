@@ -6,24 +6,30 @@ Like ``memory`` for conversions, the estimate counts what a job keeps alive at i
   the logits of the positions a step decodes (at most two blocks: the cached path runs the
   previous block with the current one) and their fp32 softmax, and one decoder layer's transient
   activations over the canvas;
-- ELBO scoring (likelihood, harness loglikelihood, gamma search): ``rows`` masked copies per
+- ELBO scoring of evaluations (likelihood, harness loglikelihood): ``rows`` masked copies per
   forward, their logits and the fp32 copy and log-softmax ``token_nll`` makes of them;
+- gamma search: the fp32 merge, ``rows`` masked copies of a pair cut to DPO's ``max_length`` per
+  forward under bf16 autocast (2L tokens under block attention, with its dense mask), the logits of
+  masked positions only and the fp32 chunks of their cross-entropy;
 - DPO (TRL, chosen and rejected rows together): frozen bf16 weights plus fp32 LoRA parameters,
   gradients and AdamW moments (or all of them in fp32 for full DPO, and a frozen fp32 reference for
-  full DPO of a DLM), activations under gradient checkpointing, and the logits a DLM's ELBO keeps.
-  Full DPO that one GPU cannot hold is sharded (the FSDP2 trainer, ``train_dpo_sharded``) over the
-  fewest GPUs of a node that hold weights, gradients, optimizer state and a bf16 reference divided
-  among them;
+  full DPO of a DLM), activations under gradient checkpointing (a DLM's 2L rows, each of its
+  ``elbo_samples`` forwards kept for the backward pass), and the logits a DLM's ELBO keeps (masked
+  positions only). Full DPO that one GPU cannot hold is sharded (the FSDP2 trainer,
+  ``train_dpo_sharded``) over the fewest GPUs of a node that hold weights, gradients, optimizer
+  state and a bf16 reference divided among them;
 - spectra: three fp32 copies of the largest matrix, two task-vector matrices and SVD workspace.
-A prompt is assumed to take ``PROMPT_TOKENS`` (the plan reads no data at DAG build).
+A prompt is assumed to take ``PROMPT_TOKENS`` (the plan reads no data at DAG build). AR-MAP's jobs
+are also timed against their runtimes (:mod:`ar2dlm.plan.armap`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.precision import planned_dtype
-from .memory import FP32, GB, USABLE, Shape, model_shape
+from .armap import JobTime, dpo_time, gamma_time, spectra_time
+from .memory import FP32, GB, MASKED_FRACTION, USABLE, Shape, model_shape
 
 PROMPT_TOKENS = 1024
 BF16 = 2
@@ -60,6 +66,23 @@ def elbo_parts(shape: Shape, weight_bytes: int, rows: int, length: int) -> dict[
             "activations": layer_transient(shape, rows * length, act)}
 
 
+def selected_logits(shape: Shape, scored: float, act: int, kept: int = 1) -> float:
+    """Logits of ``scored`` masked positions in ``act`` bytes (``kept`` such tensors alive) and the
+    fp32 chunks (at most 1024 rows) their cross-entropy computes."""
+    return kept * act * scored * shape.vocab + 3 * FP32 * min(scored, 1024) * shape.vocab
+
+
+def gamma_parts(shape: Shape, rows: int, length: int, two_copy: bool) -> dict[str, float]:
+    """A gamma search's forward: fp32 weights, ``rows`` masked copies of a ``length``-token pair
+    under bf16 autocast (the residual stream stays fp32), a dense additive mask (and its bf16 cast)
+    and the logits of masked positions."""
+    seq = 2 * length if two_copy else length
+    return {"weights": FP32 * shape.params,
+            "logits": selected_logits(shape, rows * length * MASKED_FRACTION, BF16),
+            "activations": layer_transient(shape, rows * seq, FP32),
+            "masks": rows * seq * seq * (FP32 + BF16 + 1)}
+
+
 def lora_params(shape: Shape, r: int) -> int:
     """Parameters of rank-r adapters on every linear layer of the decoder (peft's all-linear)."""
     q, kv, h, i = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.hidden, shape.intermediate
@@ -67,10 +90,12 @@ def lora_params(shape: Shape, r: int) -> int:
     return shape.layers * r * per_layer
 
 
-def dpo_parts(shape: Shape, cfg: dict, diffusion: bool) -> dict[str, float]:
-    """One TRL DPO micro-batch step on a GPU: bf16 compute, gradient checkpointing."""
+def dpo_parts(shape: Shape, cfg: dict, diffusion: bool, two_copy: bool = False) -> dict[str, float]:
+    """One TRL DPO micro-batch step on a GPU: bf16 compute, gradient checkpointing; a DLM's rows
+    in the 2L layout when ``two_copy``."""
     rows = 2 * cfg["batch_size"] // cfg.get("grad_accum", 1)  # chosen and rejected
-    tokens = rows * cfg["max_length"]
+    tokens = rows * cfg["max_length"] * (2 if diffusion and two_copy else 1)
+    passes = cfg.get("elbo_samples", 1) if diffusion else 1  # each ELBO forward's layer inputs await the backward
     lora = cfg.get("lora")
     if lora:
         trained = lora_params(shape, lora["r"])
@@ -79,9 +104,14 @@ def dpo_parts(shape: Shape, cfg: dict, diffusion: bool) -> dict[str, float]:
     else:
         out = {"weights": FP32 * shape.params, "gradients": FP32 * shape.params, "optimizer": 2 * FP32 * shape.params,
                "reference": FP32 * shape.params if diffusion else 0.0}  # a causal model's are precomputed
-    out["activations"] = shape.layers * BF16 * shape.hidden * tokens + shape.layer_activation_bytes(BF16) * tokens
-    # a DLM's ELBO keeps its logits and their gradient; TRL's fused head scores a causal model in chunks
-    out["logits"] = (2 * BF16 + FP32) * tokens * shape.vocab if diffusion else 2 * FP32 * 1024 * shape.vocab
+    out["activations"] = (passes * shape.layers * BF16 * shape.hidden * tokens
+                          + shape.layer_activation_bytes(BF16) * tokens)
+    if diffusion:  # the reference's forward (no gradients) runs beside the policy's kept state
+        out["activations"] += layer_transient(shape, tokens, BF16)
+    # a DLM's ELBO keeps each forward's logits at masked positions and one gradient of them (and the
+    # reference's); TRL's fused head scores a causal model in chunks
+    scored = rows * cfg["max_length"] * MASKED_FRACTION
+    out["logits"] = selected_logits(shape, scored, BF16, passes + 2) if diffusion else 2 * FP32 * 1024 * shape.vocab
     return out
 
 
@@ -97,6 +127,11 @@ class GpuJob:
     peak_gb: float
     fits: bool
     gpus: int = 1  # processes of a sharded job (full DPO), one per GPU of one node
+    time: JobTime | None = None  # AR-MAP's jobs: hours and segments against the job's runtime
+
+    @property
+    def segments(self) -> int:
+        return self.time.segments if self.time else 1
 
 
 def _job(name: str, parts: dict, budget: float, gpus: int = 1) -> GpuJob:
@@ -105,19 +140,24 @@ def _job(name: str, parts: dict, budget: float, gpus: int = 1) -> GpuJob:
 
 
 SHARDED_PARTS = ("weights", "gradients", "optimizer", "reference")
+SPLIT_PARTS = ("activations", "logits")  # each process runs its share of a micro-batch's rows
 
 
-def dpo_job(name: str, shape: Shape, cfg: dict, diffusion: bool, budget: float, gpus_per_node: int) -> GpuJob:
+def dpo_job(name: str, shape: Shape, cfg: dict, diffusion: bool, budget: float, gpus_per_node: int,
+            two_copy: bool = False) -> GpuJob:
     """DPO on one GPU (TRL) when it fits or trains a LoRA adapter; else full DPO sharded over the
-    fewest GPUs of a node (powers of two) that hold it, with a bf16 reference sharded too."""
-    job = _job(name, dpo_parts(shape, cfg, diffusion), budget)
+    fewest GPUs of a node (powers of two dividing the micro-batch's pairs, as the trainer splits
+    them) that hold it, with a bf16 reference sharded too."""
+    job = _job(name, dpo_parts(shape, cfg, diffusion, two_copy), budget)
     if job.fits or cfg.get("lora"):
         return job
-    parts = {**dpo_parts(shape, cfg, diffusion), "reference": BF16 * shape.params}
+    parts = {**dpo_parts(shape, cfg, diffusion, two_copy), "reference": BF16 * shape.params}
+    micro = cfg["batch_size"] // cfg.get("grad_accum", 1)
     gpus = 2
     while True:
-        job = _job(name, {k: v / gpus if k in SHARDED_PARTS else v for k, v in parts.items()}, budget, gpus)
-        if job.fits or 2 * gpus > gpus_per_node:
+        job = _job(name, {k: v / gpus if k in SHARDED_PARTS + SPLIT_PARTS else v for k, v in parts.items()}, budget,
+                   gpus)
+        if job.fits or 2 * gpus > gpus_per_node or micro % (2 * gpus):
             return job
         gpus *= 2
 
@@ -152,17 +192,45 @@ def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
         job = _job(f"evaluate/{model}/{bench}", parts, budget)
         if job.job not in jobs or job.peak_gb > jobs[job.job].peak_gb:
             jobs[job.job] = job
-    a = config["armap"]
+    for job in armap_one_gpu_jobs(config, shapes, armap, budget):
+        jobs[job.job] = job
+    return list(jobs.values())
+
+
+def _eval_pairs(config: dict, section: dict) -> int:
+    """Held-out pairs a job scores: the section's ``eval_pairs``, else every domain's (an all-domain
+    job's, the most)."""
+    if section.get("eval_pairs"):
+        return section["eval_pairs"]
+    prefs = config["data"]["preferences"]
+    return sum(prefs["domains"][d].get("n_eval", prefs["n_eval"]) for d in config["armap"]["domains"])
+
+
+def armap_one_gpu_jobs(config: dict, shapes: dict, armap, budget: float) -> list[GpuJob]:
+    """DPO of the teacher and of the DLM, spectra and gamma search per model: memory, and hours
+    against ``cluster.armap_runtime_hours``. The DLM's rows take the 2L layout when any of the
+    model's AR-MAP runs uses block attention; pairs are cut to their DPO's ``max_length``."""
+    from ..pipeline.runs import resolve_run
+
+    a, cluster = config["armap"], config["cluster"]
+    runtime = cluster["armap_runtime_hours"]
     rows = min(a["gamma"]["elbo_samples"], a["gamma"]["batch_size"])
+    length = a["dpo"]["max_length"]  # the gamma search cuts pairs as the preference vector's DPO did
+    jobs = []
     for model in sorted({j.model for j in armap.dpo}):
         shape = shapes[model]
-        per_node = config["cluster"]["gpus_per_node"]
-        for job in (dpo_job(f"dpo_teacher/{model}", shape, a["dpo"], False, budget, per_node),
-                    dpo_job(f"dlm_dpo/{model}", shape, a["dlm_dpo"], True, budget, per_node),
-                    _job(f"armap_spectra/{model}", spectra_parts(shape), budget),
-                    _job(f"gamma_search/{model}", elbo_parts(shape, FP32, rows, a["dpo"]["max_length"]), budget)):
-            jobs[job.job] = job
-    return list(jobs.values())
+        two_copy = any(resolve_run(config, d.run)["attention"] == "block" for d in armap.dlms if d.model == model)
+        for kind, diffusion in (("dpo_teacher", False), ("dlm_dpo", True)):
+            cfg = a["dpo" if kind == "dpo_teacher" else "dlm_dpo"]
+            job = dpo_job(f"{kind}/{model}", shape, cfg, diffusion, budget, cluster["gpus_per_node"], two_copy)
+            jobs.append(replace(job, time=dpo_time(shape, cfg, diffusion, two_copy, _eval_pairs(config, cfg), cluster,
+                                                   runtime[kind], job.gpus)))
+        jobs.append(replace(_job(f"armap_spectra/{model}", spectra_parts(shape), budget),
+                            time=spectra_time(shape, runtime["armap_spectra"])))
+        gamma = _job(f"gamma_search/{model}", gamma_parts(shape, rows, length, two_copy), budget)
+        jobs.append(replace(gamma, time=gamma_time(shape, a["gamma"], length, two_copy, _eval_pairs(config, a["gamma"]),
+                                                   cluster, runtime["gamma_search"])))
+    return jobs
 
 
 def unfit_one_gpu(jobs: list[GpuJob], gpu_memory_gb: float) -> list[str]:
