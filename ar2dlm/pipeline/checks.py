@@ -222,11 +222,11 @@ def check_runs(config: dict) -> None:
         if tr["warmup_steps"] >= tr["steps"]:
             raise ConfigError(f"{key}.training.warmup_steps", f"{tr['warmup_steps']} warm-up steps, not fewer than the "
                               f"run's {tr['steps']} steps: the learning rate would never reach its peak")
-        slots = tr["steps"] * tr["batch_size"] * tr["seq_len"]
+        tokens = tr["steps"] * tr["batch_size"] * tr["seq_len"]  # packed rows: every slot a token
         stream = config["data"]["corpus"]["stream_tokens"]
-        if run["data"] == "stream" and run["distill"] is None and slots > stream:
+        if run["data"] == "stream" and run["distill"] is None and tokens > stream:
             raise ConfigError(f"{key}.training", f"{tr['steps']} steps x {tr['batch_size']} rows x {tr['seq_len']} tokens "
-                              f"= {slots / 1e9:.1f}B token slots, more than the stream provides "
+                              f"= {tokens / 1e9:.1f}B tokens, more than the stream provides "
                               f"(data.corpus.stream_tokens = {stream / 1e9:.1f}B): the run would repeat it")
         if run["method"] == "repr_align" and run["align"] is None:
             raise ConfigError(f"{key}.align", "method repr_align needs an alignment term")

@@ -263,7 +263,15 @@ def armap_jobs(config: dict) -> ArmapJobs:
     )
 
 
-def conversion_corpus(config: dict, name: str) -> str:
+class RowsKey(NamedTuple):
+    """A token_rows folder: its source, the documents chosen from it, the sequence length."""
+
+    source: str
+    selection: str
+    seq_len: int
+
+
+def conversion_rows(config: dict, name: str) -> RowsKey:
     """A run's training rows: its source (a prompt set for distillation from one, else its corpus
     cut) with the documents its objective trains on, tokenised at its sequence length."""
     run = resolve_run(config, name)
@@ -271,7 +279,12 @@ def conversion_corpus(config: dict, name: str) -> str:
         source = f"promptset_{run['distill']['prompts']}"
     else:
         source = run["data"]
-    return layout.token_rows_dir(source, document_selection(run), run["training"]["seq_len"])
+    return RowsKey(source, document_selection(run), run["training"]["seq_len"])
+
+
+def conversion_corpus(config: dict, name: str) -> str:
+    """The token_rows folder a run trains on (``conversion_rows``)."""
+    return layout.token_rows_dir(*conversion_rows(config, name))
 
 
 def token_rows_source(config: dict, source: str) -> str:

@@ -33,7 +33,7 @@ from ..core.models import CheckpointError, file_sha256, load_conventions, save_m
 from ..core.precision import resolve_dtype
 from ..pipeline.layout import checkpoint_dir, checkpoint_dirs, final_checkpoint
 from ..provenance import library_versions, read_json, read_jsonl, write_json
-from ..data.token_rows import TokenRows, document_rows
+from ..data.token_rows import TokenRows, corpus_rows, run_packs
 from .data import Batches, share
 from .objectives import freeze, objective_for
 from .schedule import autocast, lr_at
@@ -148,7 +148,7 @@ def training_batches(corpus_path, objective, tokenizer, seq_len: int, micro: int
         if rows.index["seq_len"] != seq_len:
             raise ValueError(f"{path} holds rows of {rows.index['seq_len']} tokens; the run trains on {seq_len}")
         return Batches(rows, micro, seed, tokenizer.pad_token_id, ordered=rows.index["ordered"])
-    rows = document_rows(objective.documents(read_jsonl(path)), tokenizer, seq_len)
+    rows = corpus_rows(objective.documents(read_jsonl(path)), tokenizer, seq_len, run_packs(objective.run))
     return Batches(rows, micro, seed, tokenizer.pad_token_id)
 
 
