@@ -30,6 +30,7 @@ from ar2dlm.evaluation.suite import BENCHMARK_KINDS
 from ar2dlm.plan.armap import STOP_FRACTION, over_runtime
 from ar2dlm.plan.memory import plan_jobs, unfit
 from ar2dlm.plan.one_gpu import plan_one_gpu_jobs, unfit_one_gpu
+from ar2dlm.plan.tokenize import plan_tokenize
 from ar2dlm.reporting.armap import armap_report_inputs
 from ar2dlm.reporting.claims import claim_inputs
 from ar2dlm.reporting.tables import study_inputs
@@ -82,6 +83,8 @@ wildcard_constraints:
     source=r"subset|stream|promptset_\w+",
     selection=r"documents|prompts_\w+",
     seq_len=r"\d+",
+    shard=r"\d+",
+    shards=r"\d+",
     benchmark="|".join(BENCHMARKS),
     study="|".join(re.escape(s) for s in STUDIES),
     figpath="|".join(re.escape(layout.figure_stem(s)) for s in STUDIES),
@@ -263,3 +266,33 @@ def conversion_resources():
     return {"nodes": lambda wc: conversion_plan(wc).launch.nodes, "gpu": gpus,
             "tasks": lambda wc: gpus(wc) if multi(wc) else 1, "tasks_per_gpu": 0,
             "mpi": lambda wc: "srun" if multi(wc) else "", "runtime": f"{config['cluster']['runtime_hours']}h"}
+
+
+def token_rows_plan(wildcards):
+    """How a token_rows folder is tokenised: shard jobs, worker processes, memory, runtime."""
+    return plan_tokenize(config, wildcards.source, wildcards.selection, int(wildcards.seq_len))
+
+
+def token_rows_shards(wildcards):
+    """The shard folders a token_rows job merges; none when one job tokenises the source alone."""
+    plan = token_rows_plan(wildcards)
+    if plan.shards == 1:
+        return []
+    return [layout.token_rows_shard_dir(wildcards.source, wildcards.selection, wildcards.seq_len, k, plan.shards)
+            for k in range(plan.shards)]
+
+
+def token_rows_threads(wildcards):
+    """The planned worker processes of a job that tokenises; one for a merge of shards."""
+    plan = token_rows_plan(wildcards)
+    return plan.workers if plan.shards == 1 or "shard" in wildcards.keys() else 1
+
+
+def token_rows_resources():
+    """SLURM memory and runtime of planned tokenising jobs (a merge of shards keeps the profile's);
+    none without a ``cluster`` (the profile's)."""
+    if not config.get("cluster"):
+        return {}
+    tokenizes = lambda wc: token_rows_plan(wc).shards == 1 or "shard" in wc.keys()  # noqa: E731
+    return {"mem_mb": lambda wc: token_rows_plan(wc).mem_mb if tokenizes(wc) else 16000,
+            "runtime": lambda wc: token_rows_plan(wc).runtime_minutes if tokenizes(wc) else 240}

@@ -104,19 +104,48 @@ rule prompt_set:
         "../workflow_scripts/make_prompt_set.py"
 
 
-rule token_rows:
-    """A corpus cut, prompt set or stream tokenised once into memory-mapped rows of one sequence
-    length, the documents a run's objective trains on (every conversion reads its rows from here)."""
+rule token_rows_shard:
+    """One of the parallel jobs of a large token_rows (as many as the planner gives it): every n-th
+    chunk of the source's documents tokenised, resumably (a killed job's rerun continues from its
+    last written part, kept in <output>.partial, which is not an output and so survives a failure)."""
     input:
         hub_ready(lambda wc: "data.corpus" if wc.source == "stream" else None),  # a stream not written out
         source=lambda wc: token_rows_source(config, wc.source),
         tokenizer=layout.tokenizer_dir(),
     output:
+        temp(directory(layout.token_rows_shard_dir())),
+    priority: 50
+    threads: token_rows_threads
+    resources:
+        **token_rows_resources(),
+    log:
+        layout.log_path("data/token_rows_{source}_{selection}_len{seq_len}_shard{shard}of{shards}"),
+    benchmark:
+        layout.bench_path("data/token_rows_{source}_{selection}_len{seq_len}_shard{shard}of{shards}"),
+    conda:
+        "../envs/ar2dlm.yaml"
+    script:
+        "../workflow_scripts/make_token_shard.py"
+
+
+rule token_rows:
+    """A corpus cut, prompt set or stream tokenised once into memory-mapped rows of one sequence
+    length, the documents a run's objective trains on (every conversion reads its rows from here):
+    packed rows of a corpus cut, one document per row otherwise. A source the planner splits is
+    merged from its shards; a small one is tokenised here (resumably too)."""
+    input:
+        hub_ready(lambda wc: "data.corpus" if wc.source == "stream" else None),  # a stream not written out
+        source=lambda wc: token_rows_source(config, wc.source),
+        tokenizer=layout.tokenizer_dir(),
+        shards=token_rows_shards,
+    output:
         directory(layout.token_rows_dir()),
     # every conversion waits on these rows: scheduled before any ready single-core job, since a
     # multi-core job left waiting for free cores would otherwise idle the cores it does not hold
     priority: 50
-    threads: 4
+    threads: token_rows_threads
+    resources:
+        **token_rows_resources(),
     log:
         layout.log_path("data/token_rows_{source}_{selection}_len{seq_len}"),
     benchmark:

@@ -57,6 +57,16 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     assert "--nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d" in two_nodes
     evaluation = next(b for b in blocks if "rule evaluate_checkpoint:" in b)
     assert "gpu=1" in evaluation
+    # the 50B-token stream: tokenised by the planner's shard jobs, each with its memory and runtime, then merged
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.plan.tokenize import plan_tokenize
+
+    stream = plan_tokenize(merge_preset({"preset": "paper"}, REPO / "config"), "stream", "documents", 2048)
+    shards = [b for b in blocks if "rule token_rows_shard:" in b]
+    assert len(shards) == stream.shards > 1
+    assert all(f"mem_mb={stream.mem_mb}," in b and f"runtime={stream.runtime_minutes}" in b for b in shards)
+    merge = next(b for b in blocks if "rule token_rows:" in b and "token_rows/stream/" in b)
+    assert all(f"documents_len2048.shards/{k}-of-{stream.shards}" in merge for k in range(stream.shards))
     # table, figure and report rules run where Snakemake runs, never as cluster jobs
     import re
 
@@ -331,8 +341,8 @@ def test_token_budgets_and_prompt_set_sizes_are_checked_against_their_sources():
     paper = merge_preset({"preset": "paper"}, REPO / "config")
     check_config(paper)
     long = copy.deepcopy(paper)
-    long["runs"]["ed_long"]["training"]["steps"] = 190000  # 99.6B token slots from a 50B-token stream
-    with pytest.raises(ConfigError, match=r"runs\.ed_long\.training.*99\.6B token slots.*50\.0B"):
+    long["runs"]["ed_long"]["training"]["steps"] = 190000  # 99.6B tokens from a 50B-token stream
+    with pytest.raises(ConfigError, match=r"runs\.ed_long\.training.*99\.6B tokens.*50\.0B"):
         check_config(long)
     math = copy.deepcopy(paper)
     math["data"]["prompt_sets"]["competition_math"]["n"] = 2000

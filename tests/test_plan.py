@@ -14,6 +14,7 @@ from ar2dlm.plan.__main__ import main
 from ar2dlm.plan.memory import GB, QWEN3_SHAPES, Launch, estimate, peak, plan_jobs, unfit
 from ar2dlm.plan.armap import STOP_FRACTION, dpo_step_flops, over_runtime, segmented
 from ar2dlm.plan.one_gpu import dpo_parts, gamma_parts, plan_one_gpu_jobs, unfit_one_gpu
+from ar2dlm.plan.tokenize import TARGET_HOURS, plan_tokenize, plan_tokenize_jobs
 from ar2dlm.pipeline.runs import resolve_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,9 +37,27 @@ def test_every_paper_job_fits_80gb_gpus_and_the_profile_runtime():
     assert by_job["qwen3_4b/ed_long"].launch.nodes == 8  # 50B tokens: 81 h on 4 nodes, 41 h on 8
 
 
+def test_the_50b_token_stream_is_tokenised_by_parallel_jobs_within_12_hours():
+    config = paper()
+    plans = {(t.source, t.seq_len): t for t in plan_tokenize_jobs(config)}
+    stream = plans[("stream", 2048)]
+    assert stream.tokens == 50e9 and stream.shards > 1 and stream.hours <= TARGET_HOURS <= 12
+    assert stream.runtime_minutes / 60 >= 2 * stream.hours  # a slower CPU still finishes within the job's limit
+    assert plans[("subset", 2048)].shards == 1  # 0.8B tokens: one job
+    config["data"]["corpus"]["stream_tokens"] = 10**11
+    double = plan_tokenize(config, "stream", "documents", 2048)
+    assert double.shards == 2 * stream.shards  # twice the tokens, twice the jobs, the same wall time
+    assert double.hours == pytest.approx(stream.hours)
+    smoke = merge_preset({"preset": "smoke"}, REPO / "config")  # no cluster: one job of 4 workers
+    assert {(t.shards, t.workers) for t in plan_tokenize_jobs(smoke)} == {(1, 4)}
+
+
 def test_the_cli_names_the_jobs_that_fit_no_launch(capsys):
     assert main(["--configfile", str(PAPER)]) == 0
-    assert "qwen3_8b/opd" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    stream = plan_tokenize(paper(), "stream", "documents", 2048)
+    assert "qwen3_8b/opd" in out
+    assert f"| stream/documents_len2048 | 50.00B | {stream.shards} | {stream.workers} |" in out
     assert main(["--configfile", str(PAPER), "--gpu-memory-gb", "12"]) == 1
     err = capsys.readouterr().err
     assert "qwen3_8b/ed:" in err and "raise training.grad_accum" in err

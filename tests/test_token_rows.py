@@ -1,13 +1,26 @@
-"""Pre-tokenised rows: the rows the trainer would tokenise itself, memory-mapped in shards, read in
-O(1) from any micro-batch on."""
+"""Pre-tokenised rows: packed text or one document per row, tokenised by parallel resumable shard
+jobs whose merge is the same for any number of shards, memory-mapped and read in O(1) from any
+micro-batch on."""
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
 import pytest
 import torch
 
-from ar2dlm.data.token_rows import TokenRows, document_rows, write_token_rows
+from ar2dlm.data.token_rows import TokenRows, document_rows, document_tokens, packed_rows
+from ar2dlm.data.token_shards import merge_shards, needed_tokens, write_shard, write_token_rows
 from ar2dlm.training.data import Batches
+from tests.conftest import REPO
 
 INFO = {"source": "subset", "selection": "documents", "ordered": False}
+SETTINGS = {"source": "test"}
+SMALL = {"chunk_docs": 8, "part_tokens": 300}  # many chunks and parts from a few hundred documents
 
 
 @pytest.fixture(scope="module")
@@ -19,48 +32,167 @@ def corpus(smoke_tokenizer, tmp_path_factory):
     return tok, folder, docs + [{"prompt": "", "completion": text}]
 
 
+def rows_of(folder) -> list:
+    rows = TokenRows(folder)
+    return [rows[i] for i in range(len(rows))]
+
+
+def one_job(tok, folder, docs, out, *, packed, budget=None, workers=1, info=INFO):
+    return write_token_rows(lambda: iter(docs), folder, out, settings=SETTINGS, seq_len=48, packed=packed,
+                            pad_id=tok.pad_token_id, info=info, budget_tokens=budget, workers=workers, **SMALL)
+
+
+def sharded(tok, folder, docs, out, shards, *, packed, budget=None, stop=None):
+    """``shards`` shard jobs and their merge; ``stop``: where each shard stops (default: its share)."""
+    from ar2dlm.data.token_shards import shard_stop_tokens
+
+    need = needed_tokens(budget, 48, packed)
+    dirs = [out.with_name(f"{out.name}.shard{k}") for k in range(shards)]
+    for k, d in enumerate(dirs):
+        write_shard(iter(docs), folder, d, settings=SETTINGS, seq_len=48, packed=packed, shard=k, shards=shards,
+                    stop_tokens=stop if stop is not None else shard_stop_tokens(need, shards), **SMALL)
+    return merge_shards(dirs, out, docs=lambda: iter(docs), tokenizer_dir=folder, seq_len=48, packed=packed,
+                        pad_id=tok.pad_token_id, info=INFO, budget_tokens=budget, chunk_docs=SMALL["chunk_docs"])
+
+
 @pytest.mark.parametrize("workers", [1, 2])
-def test_rows_are_what_the_trainer_would_tokenise_in_shards(corpus, tmp_path, workers):
+def test_document_rows_are_what_the_trainer_would_tokenise(corpus, tmp_path, workers):
     tok, folder, docs = corpus
-    index = write_token_rows(docs, folder, 48, tok.pad_token_id, tmp_path / "rows", info=INFO, workers=workers,
-                             shard_rows=100)
+    index = one_job(tok, folder, docs, tmp_path / "rows", packed=False, workers=workers)
     want = document_rows(docs, tok, 48)
-    rows = TokenRows(tmp_path / "rows")
-    assert len(index["shards"]) == -(-len(want) // 100) > 2 and len(rows) == len(want) == index["rows"]
-    assert [rows[i] for i in range(len(rows))] == want
-    assert index["tokens"] == sum(len(r) for r, _ in want)
+    assert not index["packed"] and len(index["files"]) > 2  # written in several parts
+    assert rows_of(tmp_path / "rows") == want and index["rows"] == len(want)
+    assert index["tokens"] == sum(len(r) for r, _ in want) and any(p > 0 for _, p in want)
+    assert not (tmp_path / "rows.partial").exists()
     with pytest.raises(IndexError):
-        rows[len(rows)]
+        TokenRows(tmp_path / "rows")[len(want)]
 
 
-def test_a_stream_stops_at_its_budget(corpus, tmp_path):
+def test_packed_rows_join_documents_with_end_of_text_and_hold_no_padding(corpus, tmp_path):
     tok, folder, docs = corpus
-    index = write_token_rows(iter(docs), folder, 48, tok.pad_token_id, tmp_path / "rows", info=INFO,
-                             budget_tokens=1000, shard_rows=7)
-    assert 1000 <= index["tokens"] < 1000 + 48 and index["rows"] < len(docs)
+    index = one_job(tok, folder, docs, tmp_path / "rows", packed=True, workers=2)
+    stream = document_tokens(docs, tok)
+    rows = rows_of(tmp_path / "rows")
+    assert rows == packed_rows(stream, 48) and len(rows) == len(stream) // 48
+    assert all(len(r) == 48 and p == 0 for r, p in rows)  # every slot a token
+    assert index["tokens"] == 48 * len(rows) and stream.count(tok.eos_token_id) == len(docs)
+    assert sum(r.count(tok.eos_token_id) for r, _ in rows) >= len(docs) - 1  # documents end to end
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("budget", [None, 3000])
+def test_any_number_of_shards_gives_the_rows_of_one_job(corpus, tmp_path, packed, budget):
+    tok, folder, docs = corpus
+    one = one_job(tok, folder, docs, tmp_path / "one", packed=packed, budget=budget)
+    three = sharded(tok, folder, docs, tmp_path / "three", 3, packed=packed, budget=budget)
+    assert rows_of(tmp_path / "three") == rows_of(tmp_path / "one")
+    assert (one["rows"], one["tokens"]) == (three["rows"], three["tokens"])
+    if budget is not None and packed:
+        assert three["rows"] == -(-budget // 48)  # the whole rows covering the budget
+
+
+def test_the_merge_tokenises_what_a_short_shard_lacks(corpus, tmp_path):
+    tok, folder, docs = corpus
+    one_job(tok, folder, docs, tmp_path / "one", packed=True, budget=3000)
+    short = sharded(tok, folder, docs, tmp_path / "short", 2, packed=True, budget=3000, stop=500)  # 1000 of 3024
+    assert short["topped_up_chunks"] > 0
+    assert rows_of(tmp_path / "short") == rows_of(tmp_path / "one")
+
+
+def test_a_source_shorter_than_its_budget_is_refused_naming_it(corpus, tmp_path):
+    tok, folder, docs = corpus
+    total = len(document_tokens(docs, tok))
+    info = {**INFO, "source": "stream", "origin": "org/corpus, split train", "budget_key": "data.corpus.stream_tokens"}
+    with pytest.raises(ValueError, match=rf"stream \(org/corpus, split train\) holds only {total} tokens.*budget of "
+                                         rf"{total + 1000} \(data\.corpus\.stream_tokens\)"):
+        one_job(tok, folder, docs, tmp_path / "rows", packed=True, budget=total + 1000, info=info)
+    assert not (tmp_path / "rows").exists()
+
+
+KILLED_WRITER = """
+import itertools, json, sys, time
+from ar2dlm.data.token_shards import write_shard
+docs = [json.loads(line) for line in open(sys.argv[1])]
+def stalling():  # the source stalls after a third of it: the writer has written parts by then
+    yield from docs[:len(docs) // 3]
+    time.sleep(600)
+    yield from docs[len(docs) // 3:]
+write_shard(stalling(), sys.argv[2], sys.argv[3], settings={"source": "test"}, seq_len=48, packed=True, shard=1,
+            shards=2, workers=1, chunk_docs=8, part_tokens=300)
+"""
+
+
+def test_a_killed_shard_resumes_where_it_stopped_and_writes_the_same_bytes(corpus, tmp_path):
+    tok, folder, docs = corpus
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    work = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(source), str(folder), str(work)],
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.time() + 120
+        while not (work / "progress.json").is_file() or not json.loads((work / "progress.json").read_text())["parts"]:
+            assert proc.poll() is None and time.time() < deadline, "the writer ended before writing a part"
+            time.sleep(0.2)
+        time.sleep(1)  # more parts, then the stall
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    progress = json.loads((work / "progress.json").read_text())
+    assert progress["parts"] and not progress["done"]
+    (work / "part-09999-tokens.npy.tmp").write_bytes(b"half a file")  # as a kill mid-write leaves it
+    (work / f"part-{len(progress['parts']):05d}-tokens.npy").write_bytes(b"a part written, never recorded")
+    resumed = write_shard(iter(docs), folder, work, settings=SETTINGS, seq_len=48, packed=True, shard=1, shards=2,
+                          **SMALL)
+    whole = write_shard(iter(docs), folder, tmp_path / "whole", settings=SETTINGS, seq_len=48, packed=True, shard=1,
+                        shards=2, **SMALL)
+    assert resumed == whole and len(whole["parts"]) > len(progress["parts"])
+    files = sorted(p.name for p in (tmp_path / "whole").iterdir())
+    assert sorted(p.name for p in work.iterdir()) == files
+    for name in files:
+        assert (work / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_a_shard_written_under_other_settings_starts_over(corpus, tmp_path):
+    tok, folder, docs = corpus
+    kw = dict(seq_len=48, packed=True, **SMALL)
+    write_shard(iter(docs[:50]), folder, tmp_path / "w", settings={"source": "old"}, **kw)
+    fresh = write_shard(iter(docs), folder, tmp_path / "w", settings={"source": "new"}, **kw)
+    assert fresh["tokens"] == len(document_tokens(docs, tok))
+    again = write_shard(iter([]), folder, tmp_path / "w", settings={"source": "new"}, **kw)  # done: nothing read
+    assert again == fresh
 
 
 def test_micro_batches_from_rows_on_disk_match_and_seek(corpus, tmp_path):
     tok, folder, docs = corpus
-    write_token_rows(docs, folder, 48, tok.pad_token_id, tmp_path / "rows", info=INFO, shard_rows=64)
+    one_job(tok, folder, docs, tmp_path / "rows", packed=True)
     disk = Batches(TokenRows(tmp_path / "rows"), 8, 3, tok.pad_token_id)
-    memory = Batches(document_rows(docs, tok, 48), 8, 3, tok.pad_token_id)
+    memory = Batches(packed_rows(document_tokens(docs, tok), 48), 8, 3, tok.pad_token_id)
     for index in (0, 5, 200):  # 200: a later epoch
         assert all(torch.equal(a, b) for a, b in zip(disk.whole(index), memory.whole(index)))
+    assert bool(disk.whole(0)[1].all())  # valid everywhere: no padding
     resumed = list(disk.loader(200, 203))  # a resumed run reads from its own micro-batch on
     assert all(torch.equal(a, b) for a, b in zip(resumed[0], memory.whole(200))) and len(resumed) == 3
-    ordered = Batches(TokenRows(tmp_path / "rows"), 8, 3, tok.pad_token_id, ordered=True)
-    assert torch.equal(ordered.whole(1)[0][0, :5], torch.tensor(TokenRows(tmp_path / "rows")[8][0][:5]))
-    with pytest.raises(ValueError, match="stream read once"):
-        ordered.whole(len(memory.rows) // 8 + 1)
+
+
+def test_a_stream_read_once_refuses_a_run_longer_than_it_before_the_first_step(corpus, tmp_path):
+    tok, folder, docs = corpus
+    one_job(tok, folder, docs, tmp_path / "rows", packed=True)
+    rows = TokenRows(tmp_path / "rows")
+    ordered = Batches(rows, 8, 3, tok.pad_token_id, ordered=True)
+    assert torch.equal(ordered.whole(1)[0][0], torch.tensor(rows[8][0]))  # in order
+    fits = len(rows) // 8
+    ordered.loader(0, fits)
+    with pytest.raises(ValueError, match=rf"subset \(documents, packed rows of 48 tokens.*holds {len(rows)} rows; "
+                                         rf"the run's {fits + 1} micro-batches of 8 rows need {8 * fits + 8}"):
+        ordered.loader(fits - 1, fits + 1)  # a resumed segment: the whole run is checked
 
 
 def test_a_stream_not_written_out_is_read_from_its_source_once_in_order(corpus, tmp_path):
     """The paper's stream: its manifest names the source; the rows are tokenised from it up to the
-    budget (here a local JSON file through ``datasets``, as the hub would be) and trained in order."""
-    import json
-
-    from ar2dlm.data.build import build_token_rows
+    budget (here a local JSON file through ``datasets``, as the hub would be), packed, and trained
+    in order; split over shard jobs, the same rows."""
+    from ar2dlm.data.build import build_token_rows, build_token_shard
     from ar2dlm.provenance import write_json
 
     tok, folder, docs = corpus
@@ -72,6 +204,26 @@ def test_a_stream_not_written_out_is_read_from_its_source_once_in_order(corpus, 
                 "stream": {"path": None, "budget_tokens": 2000}}
     write_json(tmp_path / "manifest.json", manifest)
     index = build_token_rows(tmp_path / "manifest.json", folder, "stream", "documents", 48, tmp_path / "rows")
-    assert index["ordered"] and 2000 <= index["tokens"] < 2048
-    rows = TokenRows(tmp_path / "rows")
-    assert all(p == 0 for _, p in (rows[i] for i in range(len(rows))))  # plain text: no prompt
+    assert index["ordered"] and index["packed"] and index["rows"] == -(-2000 // 48) and index["tokens"] == 48 * 42
+    shards = [tmp_path / f"shard{k}" for k in range(2)]
+    for k, d in enumerate(shards):
+        build_token_shard(tmp_path / "manifest.json", folder, "stream", "documents", 48, d, shard=k, shards=2)
+    build_token_rows(tmp_path / "manifest.json", folder, "stream", "documents", 48, tmp_path / "merged",
+                     shard_dirs=shards)
+    assert rows_of(tmp_path / "merged") == rows_of(tmp_path / "rows")
+    assert np.load(tmp_path / "merged" / "segments.npy")[:, 2].sum() == 48 * 42  # cut at the budget's rows
+
+
+@pytest.mark.parametrize("preset", ["smoke", "paper"])
+def test_a_run_trains_on_the_layout_its_token_rows_folder_holds(preset):
+    """The trainer's own tokenisation of a corpus file (``run_packs``) and the token_rows folder the
+    pipeline gives the run (``packs`` of its source and selection) agree for every run."""
+    from ar2dlm.data.token_rows import packs, run_packs
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.pipeline.jobs import conversion_rows
+    from ar2dlm.pipeline.runs import resolve_run
+
+    config = merge_preset({"preset": preset}, REPO / "config")
+    layouts = {name: packs(*conversion_rows(config, name)[:2]) for name in config["runs"]}
+    assert layouts == {name: run_packs(resolve_run(config, name)) for name in config["runs"]}
+    assert True in layouts.values() and False in layouts.values()

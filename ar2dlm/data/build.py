@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from ..provenance import library_versions, read_json, read_jsonl, write_json, write_jsonl
 from .tokenization import load_pretrained_tokenizer, train_bpe_tokenizer
@@ -126,24 +129,79 @@ def build_prompt_set(name: str, spec: dict, seed: int, out) -> int:
     return write_jsonl(out, rows)
 
 
-def build_token_rows(source_path, tokenizer_dir, source: str, selection: str, seq_len: int, out_dir,
-                     workers: int = 1) -> dict:
-    """Tokenise a corpus cut, prompt set or stream into rows of ``seq_len`` tokens (``token_rows``).
-    A stream that is not written out (its manifest) is read from its source up to its token budget
-    and trained on once, in order; written-out files are trained on in seeded epochs."""
-    from transformers import AutoTokenizer
+class RowsSource(NamedTuple):
+    """What a token_rows job reads: a fresh pass over the documents, the token budget (a stream
+    not written out), the index's description and the settings a resumed shard must match."""
 
+    docs: Callable[[], Iterable[dict]]
+    budget: int | None
+    info: dict
+    settings: dict
+    packed: bool
+
+
+def _jsonl_documents(path) -> Iterator[dict]:
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _file_stamp(path) -> list:
+    st = Path(path).stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def rows_source(source_path, tokenizer_dir, source: str, selection: str) -> RowsSource:
+    """A stream that is not written out (its manifest) is read from its source up to its token
+    budget and trained on once, in order; written-out files are trained on in seeded epochs."""
     from .corpus import select_documents
-    from .token_rows import write_token_rows
+    from .token_rows import packs
 
-    budget, streamed = None, str(source_path).endswith(".json")
-    if streamed:
+    if str(source_path).endswith(".json"):
         manifest = read_json(source_path)
         spec = {k[len("corpus_"):]: v for k, v in manifest.items() if k.startswith("corpus_") and k != "corpus_source"}
-        docs, budget = hub_documents(spec, manifest["seed"]), manifest["stream"]["budget_tokens"]
+        docs = lambda: hub_documents(spec, manifest["seed"])  # noqa: E731
+        budget, origin = manifest["stream"]["budget_tokens"], f"{spec['path']}, split {spec.get('split', 'train')}"
     else:
-        docs = read_jsonl(source_path)
+        docs, budget, origin = (lambda: _jsonl_documents(source_path)), None, str(source_path)
+    tok = Path(tokenizer_dir)
+    settings = {"source": str(source_path), "source_stamp": _file_stamp(source_path), "selection": selection,
+                "tokenizer": {f.name: _file_stamp(f) for f in sorted(tok.iterdir()) if f.is_file()}}
+    info = {"source": source, "selection": selection, "ordered": budget is not None, "origin": origin,
+            "budget_key": "data.corpus.stream_tokens"}
+    return RowsSource(lambda: select_documents(docs(), selection), budget, info, settings, packs(source, selection))
+
+
+def build_token_shard(source_path, tokenizer_dir, source: str, selection: str, seq_len: int, out_dir, *,
+                      shard: int, shards: int, workers: int = 1) -> dict:
+    """Shard ``shard`` of ``shards`` of a token_rows job (``token_rows_shard``), written resumably in
+    ``<out_dir>.partial`` and moved to ``out_dir`` when done."""
+    from .token_shards import needed_tokens, shard_stop_tokens, write_shard
+
+    src = rows_source(source_path, tokenizer_dir, source, selection)
+    work = Path(str(out_dir) + ".partial")
+    progress = write_shard(src.docs(), tokenizer_dir, work, settings=src.settings, seq_len=seq_len, packed=src.packed,
+                           shard=shard, shards=shards, workers=workers,
+                           stop_tokens=shard_stop_tokens(needed_tokens(src.budget, seq_len, src.packed), shards))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    work.rename(out_dir)
+    return {k: progress[k] for k in ("tokens", "next_chunk", "exhausted")} | {"parts": len(progress["parts"])}
+
+
+def build_token_rows(source_path, tokenizer_dir, source: str, selection: str, seq_len: int, out_dir,
+                     workers: int = 1, shard_dirs: list | None = None) -> dict:
+    """Tokenise a corpus cut, prompt set or stream into rows of ``seq_len`` tokens (``token_rows``):
+    merge the shards ``shard_dirs`` that ``token_rows_shard`` jobs wrote, or, without them,
+    tokenise here with ``workers`` processes (resumably too)."""
+    from transformers import AutoTokenizer
+
+    from .token_shards import merge_shards, write_token_rows
+
+    src = rows_source(source_path, tokenizer_dir, source, selection)
     pad = AutoTokenizer.from_pretrained(str(tokenizer_dir)).pad_token_id
-    return write_token_rows(select_documents(docs, selection), tokenizer_dir, seq_len, pad, out_dir,
-                            info={"source": source, "selection": selection, "ordered": streamed},
-                            workers=workers, budget_tokens=budget)
+    common = dict(docs=src.docs, tokenizer_dir=tokenizer_dir, seq_len=seq_len, packed=src.packed, pad_id=pad,
+                  info=src.info, budget_tokens=src.budget)
+    if shard_dirs:
+        return merge_shards(shard_dirs, out_dir, **common)
+    return write_token_rows(out_dir=out_dir, settings=src.settings, workers=workers, **common)

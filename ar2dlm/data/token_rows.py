@@ -1,36 +1,45 @@
 """Pre-tokenised training rows: the corpus cut to a run's sequence length exactly as the trainer
-trains on it (one document per row, prompt = block 0; a long plain-text document split into
-several rows), tokenised once by the ``token_rows`` rule instead of by every process of every run.
+trains on it, tokenised once by the ``token_rows`` rules (``token_shards``) instead of by every
+process of every run. Two layouts, by what the run's objective reads of a document (``packs``):
 
-A folder holds fixed-width shards ``rows-<k>.npy`` (uint32 ids, right-padded to the sequence
-length) with ``lengths-<k>.npy`` and ``prompt_lens-<k>.npy`` beside them, and ``index.json``
-(rows per shard, tokens, sequence length, source, selection). :class:`TokenRows` memory-maps the
-shards: row i is read in O(1) without loading the rest, so a resumed run seeks straight to its step.
-Documents are tokenised in chunks by a pool of processes, in order.
+- packed (a corpus cut's documents, pretraining-style text): every document's tokens end to end,
+  each ending with end-of-text, cut into rows of exactly ``seq_len`` tokens. No padding, so a
+  token budget and a FLOP count mean tokens trained on; every row's prompt length is 0 (the
+  prompt of a document that has one is trained on like the rest of it);
+- document rows (a distillation run's prompts, a prompt set): one document per row, prompt =
+  block 0, never masked; a long plain-text document split into several rows.
 
-Hand-written rather than ``datasets.map``: a 50B-token stream is read from the hub once, in order,
-up to its budget, and written as it goes; ``Dataset.map(num_proc=...)`` needs the whole data set
-materialised first (and an IterableDataset's map has no workers).
+A folder holds flat uint32 token files and ``index.json`` (source, selection, layout, rows,
+tokens, the token files); ``segments.npy`` (packed: file, start, length of each run of tokens, in
+order) or ``rows.npy`` (document rows: file, start, length, prompt length of each row).
+:class:`TokenRows` memory-maps the token files: row i is read in O(1) without loading the rest,
+so a resumed run seeks straight to its step.
 """
 
 from __future__ import annotations
 
-import collections
-import itertools
-import shutil
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import numpy as np
 
-from ..provenance import read_json, write_json
+from ..provenance import read_json
 from .tokenization import encode_pair
 
-SHARD_ROWS = 1 << 18  # rows per shard: 2 GB at 2048 uint32 tokens
-CHUNK_DOCS = 256  # documents per tokenisation task
+PACKED_SOURCES = ("subset", "stream")
 
-_worker_tokenizer = None
+
+def packs(source: str, selection: str) -> bool:
+    """Whether the rows of (source, selection) are packed: all documents of a corpus cut. A
+    distillation run's prompts and a prompt set keep one document per row (the objective reads
+    each row's prompt: rollouts start from it, it is never masked)."""
+    return source in PACKED_SOURCES and selection == "documents"
+
+
+def run_packs(run: dict) -> bool:
+    """Whether a conversion run trains on packed rows: every run but distillation, whose rows
+    start with a prompt (the same choice ``packs`` makes from the run's token_rows folder)."""
+    return run.get("distill") is None
 
 
 def document_rows(docs: Iterable[dict], tokenizer, seq_len: int) -> list[tuple[list[int], int]]:
@@ -47,95 +56,83 @@ def document_rows(docs: Iterable[dict], tokenizer, seq_len: int) -> list[tuple[l
     return rows
 
 
-def _load_tokenizer(path: str) -> None:
-    from transformers import AutoTokenizer
-
-    global _worker_tokenizer
-    _worker_tokenizer = AutoTokenizer.from_pretrained(path)
-
-
-def _chunk_rows(args) -> list[tuple[list[int], int]]:
-    docs, seq_len = args
-    return document_rows(docs, _worker_tokenizer, seq_len)
+def document_tokens(docs: Iterable[dict], tokenizer) -> list[int]:
+    """The documents' tokens end to end, each ending with end-of-text (``encode_pair``)."""
+    out: list[int] = []
+    for d in docs:
+        p, c = encode_pair(tokenizer, d["prompt"], d["completion"])
+        out += p + c
+    return out
 
 
-def _ordered_rows(docs: Iterator[dict], tokenizer_dir: str, seq_len: int, workers: int):
-    """Rows of ``docs`` in document order, tokenised in chunks by ``workers`` processes (a bounded
-    number of chunks in flight, so an endless stream is read only as far as it is consumed)."""
-    chunks = iter(lambda: list(itertools.islice(docs, CHUNK_DOCS)), [])
-    if workers <= 1:
-        _load_tokenizer(tokenizer_dir)
-        for chunk in chunks:
-            yield from _chunk_rows((chunk, seq_len))
-        return
-    with ProcessPoolExecutor(workers, initializer=_load_tokenizer, initargs=(tokenizer_dir,)) as pool:
-        pending = collections.deque(pool.submit(_chunk_rows, (c, seq_len)) for c in itertools.islice(chunks, 2 * workers))
-        while pending:
-            rows = pending.popleft().result()
-            nxt = next(chunks, None)
-            if nxt is not None:
-                pending.append(pool.submit(_chunk_rows, (nxt, seq_len)))
-            yield from rows
+def packed_rows(tokens: list[int], seq_len: int) -> list[tuple[list[int], int]]:
+    """Rows of exactly ``seq_len`` tokens cut from a token stream in order (a tail shorter than a
+    row is left out), each with prompt length 0."""
+    return [(tokens[i:i + seq_len], 0) for i in range(0, len(tokens) - seq_len + 1, seq_len)]
 
 
-def write_token_rows(docs: Iterable[dict], tokenizer_dir, seq_len: int, pad_id: int, out_dir, *, info: dict,
-                     workers: int = 1, budget_tokens: int | None = None, shard_rows: int = SHARD_ROWS) -> dict:
-    """Tokenise ``docs`` into rows of at most ``seq_len`` tokens and write them as shards in
-    ``out_dir`` (replaced whole: written beside it, then moved), stopping at the row that reaches
-    ``budget_tokens`` tokens. ``info`` (source, selection, ordered) goes into the index."""
-    out_dir = Path(out_dir)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    shards, tokens = [], 0
-    rows = _ordered_rows(iter(docs), str(tokenizer_dir), seq_len, workers)
-    while budget_tokens is None or tokens < budget_tokens:
-        batch, shard_tokens = [], 0
-        for row in rows:  # up to a shard, or the budget
-            batch.append(row)
-            shard_tokens += len(row[0])
-            if len(batch) == shard_rows or (budget_tokens is not None and tokens + shard_tokens >= budget_tokens):
-                break
-        if not batch:
-            break
-        ids = np.full((len(batch), seq_len), pad_id, dtype=np.uint32)
-        lengths = np.array([len(r) for r, _ in batch], dtype=np.int32)
-        for i, (r, _) in enumerate(batch):
-            ids[i, :len(r)] = r
-        k = len(shards)
-        np.save(tmp / f"rows-{k:05d}.npy", ids)
-        np.save(tmp / f"lengths-{k:05d}.npy", lengths)
-        np.save(tmp / f"prompt_lens-{k:05d}.npy", np.array([p for _, p in batch], dtype=np.int32))
-        shards.append(len(batch))
-        tokens += int(lengths.sum())
-    if not shards:
-        raise ValueError(f"no training rows for {info}: every document is longer than the sequence length "
-                         f"({seq_len}), or the corpus is empty")
-    index = {**info, "seq_len": seq_len, "pad_id": pad_id, "rows": sum(shards), "shards": shards, "tokens": tokens}
-    write_json(tmp / "index.json", index)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)
-    return index
+def corpus_rows(docs: Iterable[dict], tokenizer, seq_len: int, packed: bool) -> list[tuple[list[int], int]]:
+    """In memory, the rows a token-rows folder of ``docs`` holds."""
+    return packed_rows(document_tokens(docs, tokenizer), seq_len) if packed else document_rows(docs, tokenizer, seq_len)
+
+
+def chunk_tokens(docs: list[dict], tokenizer, seq_len: int, packed: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """One chunk of documents as a flat uint32 token array and, for document rows, its rows
+    (start in the array, length, prompt length; None when packed)."""
+    if packed:
+        return np.asarray(document_tokens(docs, tokenizer), dtype=np.uint32), None
+    rows = document_rows(docs, tokenizer, seq_len)
+    lengths = np.array([len(r) for r, _ in rows], dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    table = np.stack([starts, lengths, np.array([p for _, p in rows], dtype=np.int64)], axis=1).reshape(-1, 3)
+    flat = np.fromiter((t for r, _ in rows for t in r), dtype=np.uint32, count=int(lengths.sum()))
+    return flat, table
 
 
 class TokenRows:
     """The rows of a token-rows folder, memory-mapped: ``rows[i]`` is (ids, prompt length)."""
 
     def __init__(self, directory):
-        directory = Path(directory)
-        self.index = read_json(directory / "index.json")
-        n = len(self.index["shards"])
-        self._ids = [np.load(directory / f"rows-{k:05d}.npy", mmap_mode="r") for k in range(n)]
-        self._lengths = [np.load(directory / f"lengths-{k:05d}.npy", mmap_mode="r") for k in range(n)]
-        self._prompts = [np.load(directory / f"prompt_lens-{k:05d}.npy", mmap_mode="r") for k in range(n)]
-        self._starts = np.cumsum([0] + self.index["shards"])
+        self.directory = Path(directory)
+        self.index = read_json(self.directory / "index.json")
+        if "packed" not in self.index:
+            raise ValueError(f"{self.directory} holds token rows in an older layout (padded shards): delete it and "
+                             "rerun its token_rows job")
+        self.seq_len = self.index["seq_len"]
+        self._maps: dict[int, np.ndarray] = {}
+        if self.index["packed"]:
+            self._segments = np.load(self.directory / "segments.npy")
+            self._starts = np.concatenate([[0], np.cumsum(self._segments[:, 2])])
+        else:
+            self._rows = np.load(self.directory / "rows.npy")
+
+    def _file(self, k: int) -> np.ndarray:
+        if k not in self._maps:  # opened on first use: a stream has hundreds of files
+            self._maps[k] = np.load(self.directory / self.index["files"][k], mmap_mode="r")
+        return self._maps[k]
 
     def __len__(self) -> int:
-        return int(self._starts[-1])
+        return int(self.index["rows"])
 
     def __getitem__(self, i: int) -> tuple[list[int], int]:
         if not 0 <= i < len(self):
             raise IndexError(f"row {i} of {len(self)}")
-        k = int(np.searchsorted(self._starts, i, side="right") - 1)
-        j = i - int(self._starts[k])
-        return self._ids[k][j, :self._lengths[k][j]].astype(np.int64).tolist(), int(self._prompts[k][j])
+        if not self.index["packed"]:
+            f, start, length, prompt = (int(v) for v in self._rows[i])
+            return self._file(f)[start:start + length].astype(np.int64).tolist(), prompt
+        lo, hi = i * self.seq_len, (i + 1) * self.seq_len
+        k = int(np.searchsorted(self._starts, lo, side="right") - 1)
+        out: list[int] = []
+        while lo < hi:  # a row may span the end of one segment and the start of the next
+            f, start, length = (int(v) for v in self._segments[k])
+            offset = lo - int(self._starts[k])
+            take = min(hi - lo, length - offset)
+            out += self._file(f)[start + offset:start + offset + take].astype(np.int64).tolist()
+            lo, k = lo + take, k + 1
+        return out, 0
+
+    def describe(self) -> str:
+        """The rows' source, for messages: e.g. ``stream (documents, packed rows of 2048 tokens)``."""
+        i = self.index
+        layout = "packed rows" if i["packed"] else "document rows"
+        return f"{i['source']} ({i['selection']}, {layout} of {i['seq_len']} tokens, {self.directory})"

@@ -223,12 +223,12 @@ def check_runs(config: dict) -> None:
         if tr["warmup_steps"] >= tr["steps"]:
             raise ConfigError(f"{key}.training.warmup_steps", f"{tr['warmup_steps']} warm-up steps, not fewer than the "
                               f"run's {tr['steps']} steps: the learning rate would never reach its peak")
-        slots = tr["steps"] * tr["batch_size"] * tr["seq_len"]
+        tokens = tr["steps"] * tr["batch_size"] * tr["seq_len"]  # packed rows: every slot a token
         stream = config["data"]["corpus"]["stream_tokens"]
         packed_stream = training_data(run, config["data"]["prompt_sets"]) == ("stream", "documents")
-        if packed_stream and slots > stream:
+        if packed_stream and tokens > stream:
             raise ConfigError(f"{key}.training", f"{tr['steps']} steps x {tr['batch_size']} rows x {tr['seq_len']} tokens "
-                              f"= {slots / 1e9:.1f}B token slots, more than the stream provides "
+                              f"= {tokens / 1e9:.1f}B tokens, more than the stream provides "
                               f"(data.corpus.stream_tokens = {stream / 1e9:.1f}B): the run would repeat it")
         needs_block = run["attention"] == "block" or run["masking"] == "positional"
         if needs_block and run["block_size"] is None:

@@ -264,13 +264,26 @@ def armap_jobs(config: dict) -> ArmapJobs:
     )
 
 
-def conversion_corpus(config: dict, name: str) -> str:
+class RowsKey(NamedTuple):
+    """A token_rows folder: its source, the documents chosen from it, the sequence length."""
+
+    source: str
+    selection: str
+    seq_len: int
+
+
+def conversion_rows(config: dict, name: str) -> RowsKey:
     """A run's training rows: its source (a prompt set for distillation from one, else its corpus
     cut) with the documents its objective trains on (``methods.registry.training_data``), tokenised
     at its sequence length."""
     run = resolve_run(config, name)
     source, selection = training_data(run, config["data"]["prompt_sets"])
-    return layout.token_rows_dir(source, selection, run["training"]["seq_len"])
+    return RowsKey(source, selection, run["training"]["seq_len"])
+
+
+def conversion_corpus(config: dict, name: str) -> str:
+    """The token_rows folder a run trains on (``conversion_rows``)."""
+    return layout.token_rows_dir(*conversion_rows(config, name))
 
 
 def token_rows_source(config: dict, source: str) -> str:

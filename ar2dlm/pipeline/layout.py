@@ -72,6 +72,12 @@ def token_rows_dir(source="{source}", selection="{selection}", seq_len="{seq_len
     return data_path("token_rows", str(source), f"{selection}_len{seq_len}")
 
 
+def token_rows_shard_dir(source="{source}", selection="{selection}", seq_len="{seq_len}", shard="{shard}",
+                         shards="{shards}") -> str:
+    """Shard ``shard`` of ``shards`` of a token-rows folder, the part one parallel job tokenises."""
+    return data_path("token_rows", str(source), f"{selection}_len{seq_len}.shards", f"{shard}-of-{shards}")
+
+
 def prompt_set_file(pset="{pset}") -> str:
     return data_path("prompts", f"{pset}.jsonl")
 

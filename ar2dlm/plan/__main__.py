@@ -1,9 +1,10 @@
 """``python -m ar2dlm.plan --configfile FILE [--gpu-memory-gb N]``: the per-GPU memory of every
 conversion job by part, the launch chosen for it (nodes, GPUs, rows per GPU, accumulation,
 activation checkpointing, teacher placement) and its hours; then the GPU memory of every
-evaluation and AR-MAP job kind (one GPU each), and the hours of AR-MAP's jobs (DPO in resumable
-segments) against their runtimes; exits 1 naming each job that does not fit. The DAG build runs
-the same check when the config sets ``cluster``."""
+evaluation and AR-MAP job kind (one GPU each), the hours of AR-MAP's jobs (DPO in resumable
+segments) against their runtimes, and the tokenisation jobs of every token_rows folder (shard jobs,
+worker processes, hours); exits 1 naming each job that does not fit. The DAG build runs the same
+check when the config sets ``cluster``."""
 
 import argparse
 import sys
@@ -15,6 +16,7 @@ from ..pipeline.config import merge_preset
 from .armap import over_runtime
 from .memory import GB, plan_jobs, unfit
 from .one_gpu import plan_one_gpu_jobs, unfit_one_gpu
+from .tokenize import TOKENS_PER_SECOND, plan_tokenize_jobs
 
 REPO = Path(__file__).resolve().parents[2]
 PARTS = ("parameters", "gradients", "optimizer", "teacher", "activations", "logits", "masks", "rollout")
@@ -56,6 +58,13 @@ def main(argv=None) -> int:
         hours = f"{t.hours:.1f} | {t.segments} | {t.longest_hours:.1f} / {t.runtime_hours:g}" if t else "- | - | -"
         print(f"| {j.job} | {j.gpus} | {parts} | {j.peak_gb:.1f} | {'yes' if j.fits else 'no'} | {hours} |")
     bad = unfit(plans) + unfit_one_gpu(one_gpu, c["gpu_memory_gb"]) + over_runtime(one_gpu)
+    print(f"\ntokenisation of each token_rows folder at {TOKENS_PER_SECOND / 1e6:g}M tokens/s per worker process, "
+          "every shard job at once\n")
+    print("| rows | tokens | shard jobs | workers per job | hours | memory (GB per job) | runtime limit (h) |\n"
+          "|---|---|---|---|---|---|---|")
+    for t in plan_tokenize_jobs(config):
+        print(f"| {t.source}/{t.selection}_len{t.seq_len} | {t.tokens / 1e9:.2f}B | {t.shards} | {t.workers} | "
+              f"{t.hours:.1f} | {t.mem_mb / 1000:g} | {t.runtime_minutes / 60:.1f} |")
     if bad:
         print("\njobs that do not fit:\n" + "\n".join(f"  {b}" for b in bad), file=sys.stderr)
         return 1

@@ -1,6 +1,6 @@
-"""Conversion micro-batches: rows (one document per row, prompt = block 0, never masked; see
-``ar2dlm.data.token_rows``) batched deterministically, so a resumed run sees exactly the batches of
-an uninterrupted one and seeks to them directly.
+"""Conversion micro-batches: rows (packed text, or one document per row with its prompt as block 0,
+never masked; see ``ar2dlm.data.token_rows``) batched deterministically, so a resumed run sees
+exactly the batches of an uninterrupted one and seeks to them directly.
 
 A micro-batch is the same on every process: each reads the whole micro-batch's rows (ids only, a
 few KB), draws the random masks of all of them and trains on its share (``MicroBatch.rows``), so
@@ -76,9 +76,20 @@ class Batches:
         """Micro-batch ``index`` with this process's rows marked: rank, rank + world, ..."""
         return share(self.whole(index), rank, world, index)
 
+    def require(self, stop: int) -> None:
+        """Fail, before a step is trained, when a stream read once holds fewer rows than micro-batches
+        up to ``stop`` take (epochs of a file repeat it; a stream must not)."""
+        need = stop * self.batch_size
+        if self.ordered and need > len(self.rows):
+            what = self.rows.describe() if hasattr(self.rows, "describe") else "the stream"
+            raise ValueError(f"{what} holds {len(self.rows)} rows; the run's {stop} micro-batches of {self.batch_size} "
+                             f"rows need {need}: rebuild the rows with a larger token budget or train fewer steps")
+
     def loader(self, start: int, stop: int, workers: int = 0):
         """Micro-batches ``start`` to ``stop`` - 1 through a DataLoader (``workers`` processes read
-        ahead); a resumed run starts at its own index without reading what came before."""
+        ahead); a resumed run starts at its own index without reading what came before. A stream
+        read once is checked to hold them all first (``require``)."""
+        self.require(stop)
         return torch.utils.data.DataLoader(_Indexed(self), batch_size=None, sampler=range(start, stop),
                                            num_workers=workers, prefetch_factor=4 if workers else None)
 

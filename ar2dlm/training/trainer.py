@@ -21,7 +21,7 @@ from ..core.attention import set_training_attention
 from ..core.conventions import Conventions
 from ..core.models import final_checkpoint, load_conventions
 from ..core.precision import resolve_dtype
-from ..data.token_rows import TokenRows, document_rows
+from ..data.token_rows import TokenRows, corpus_rows, run_packs
 from ..provenance import library_versions, read_json, read_jsonl
 from .checkpointing import Checkpoints, checkpoint_steps
 from .data import Batches
@@ -54,7 +54,7 @@ def training_batches(corpus_path, objective, tokenizer, seq_len: int, micro: int
         if rows.index["seq_len"] != seq_len:
             raise ValueError(f"{path} holds rows of {rows.index['seq_len']} tokens; the run trains on {seq_len}")
         return Batches(rows, micro, seed, tokenizer.pad_token_id, ordered=rows.index["ordered"])
-    rows = document_rows(objective.documents(read_jsonl(path)), tokenizer, seq_len)
+    rows = corpus_rows(objective.documents(read_jsonl(path)), tokenizer, seq_len, run_packs(objective.run))
     return Batches(rows, micro, seed, tokenizer.pad_token_id)
 
 
