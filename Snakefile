@@ -23,8 +23,20 @@ include: "rules/bench.smk"
 
 
 # Reports and downloads run where Snakemake runs (login nodes have the network; tables are seconds).
-localrules: all_tables, all_models, all_evals, all_armap, bench, eval_summary, run_summary, study_table, study_figure,
-    armap_report, claims, code_benchmark, prefetch
+localrules:
+    all_tables,
+    all_models,
+    all_evals,
+    all_armap,
+    bench,
+    eval_summary,
+    run_summary,
+    study_table,
+    study_figure,
+    armap_report,
+    claims,
+    code_benchmark,
+    prefetch,
 
 
 rule all_models:

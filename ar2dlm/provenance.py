@@ -45,9 +45,13 @@ def machine() -> dict:
     except OSError:
         pass
     flags = set(info.get("flags", "").split())
-    return {"cpu": info.get("model name", platform.processor()), "kernels": torch.backends.cpu.get_cpu_capability(),
-            "bf16_instructions": sorted(flags & {"avx512_bf16", "amx_bf16"}), "threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+    return {
+        "cpu": info.get("model name", platform.processor()),
+        "kernels": torch.backends.cpu.get_cpu_capability(),
+        "bf16_instructions": sorted(flags & {"avx512_bf16", "amx_bf16"}),
+        "threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
 
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +62,7 @@ UNRECORDED = ("weights_sha256", "versions", "wall_seconds", "log", "provenance")
 def code_commit() -> str:
     """The git commit of the source tree this package runs from, ``+modified`` when tracked files
     differ from it; ``unknown`` outside a git checkout (an installed wheel records its version)."""
+
     def git(*args):
         return subprocess.run(["git", "-C", str(SOURCE_ROOT), *args], capture_output=True, text=True, timeout=30)
 

@@ -52,16 +52,18 @@ def build_folders(work: Path) -> None:
 
 def run_case(case: str, work: Path) -> dict:
     import torch
+    from transformers import AutoModelForCausalLM
 
     from ar2dlm.armap.merge import stream_merge
     from ar2dlm.armap.spectra import streamed_spectra
     from ar2dlm.core.models import FolderWeights
     from tests.reference_armap import add_scaled, task_vector
-    from transformers import AutoModelForCausalLM
 
     ar, dpo, dlm = (FolderWeights(work / k) for k in ("teacher", "dpo", "dlm"))
     largest = max(ar.shapes.values(), key=lambda s: s[0] * (s[1] if len(s) > 1 else 1))
-    model = AutoModelForCausalLM.from_pretrained(work / "dlm", dtype=torch.float32) if case.startswith("merge") else None
+    model = (
+        AutoModelForCausalLM.from_pretrained(work / "dlm", dtype=torch.float32) if case.startswith("merge") else None
+    )
     before = reset_peak_rss()  # a merge's peak is counted above the loaded fp32 model
     t0 = time.time()
     full = lambda w: {n: w[n].float() for n in w.names()}  # noqa: E731
@@ -77,8 +79,13 @@ def run_case(case: str, work: Path) -> dict:
         else:
             model.load_state_dict(add_scaled(full(dlm), task_vector(full(dpo), full(ar)), 2.0), strict=False)
         rows = len(dlm.names())
-    return {"case": case, "peak_gb": round((status_bytes("VmHWM") - before) / 1e9, 2), "seconds": round(time.time() - t0, 1),
-            "tensors": rows, "largest_tensor_fp32_gb": round(largest[0] * largest[1] * 4 / 1e9, 2)}
+    return {
+        "case": case,
+        "peak_gb": round((status_bytes("VmHWM") - before) / 1e9, 2),
+        "seconds": round(time.time() - t0, 1),
+        "tensors": rows,
+        "largest_tensor_fp32_gb": round(largest[0] * largest[1] * 4 / 1e9, 2),
+    }
 
 
 def main():
@@ -95,8 +102,12 @@ def main():
     build_folders(work)
     results = []
     for case in CASES:
-        out = subprocess.run([sys.executable, __file__, "--workdir", str(work), "--case", case],
-                             check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "--workdir", str(work), "--case", case],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))
         print(results[-1], flush=True)
     print("\n| case | peak RSS growth (GB) | seconds |\n|---|---|---|")

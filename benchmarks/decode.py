@@ -25,8 +25,11 @@ from ar2dlm.provenance import library_versions, read_jsonl, write_json
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, help="a checkpoint folder, or a conversion folder with train.json "
-                    "(its last checkpoint is used)")
+    ap.add_argument(
+        "--model",
+        required=True,
+        help="a checkpoint folder, or a conversion folder with train.json (its last checkpoint is used)",
+    )
     ap.add_argument("--ar-model", default=None, help="the AR model timed as the baseline (default: --model)")
     ap.add_argument("--prompts", required=True, help="JSONL with a 'prompt' field (the code suite)")
     ap.add_argument("--out", required=True)
@@ -54,19 +57,50 @@ def main(argv=None):
     if not converted:
         if not a.as_block_dlm:
             sys.exit(f"{a.model} is a causal checkpoint; pass --as-block-dlm to time it as an unconverted DLM")
-        conv = Conventions(attention="block", shift=True, mask_token_id=conv.mask_token_id, eos_token_id=conv.eos_token_id,
-                           pad_token_id=conv.pad_token_id, block_size=a.block_size)
+        conv = Conventions(
+            attention="block",
+            shift=True,
+            mask_token_id=conv.mask_token_id,
+            eos_token_id=conv.eos_token_id,
+            pad_token_id=conv.pad_token_id,
+            block_size=a.block_size,
+        )
     prompts = [encode_pair(tok, r["prompt"], "", eos=False)[0] for r in read_jsonl(a.prompts)[: a.batch_size]]
-    result = decode_benchmark(model, ar_model, tok, conv, prompts, block_size=a.block_size, lengths=ints(a.lengths),
-                              thresholds=[float(x) for x in a.thresholds.split(",")], ratio_length=a.ratio_length,
-                              cache_lengths=ints(a.cache_lengths), reference_threshold=a.reference_threshold)
+    result = decode_benchmark(
+        model,
+        ar_model,
+        tok,
+        conv,
+        prompts,
+        block_size=a.block_size,
+        lengths=ints(a.lengths),
+        thresholds=[float(x) for x in a.thresholds.split(",")],
+        ratio_length=a.ratio_length,
+        cache_lengths=ints(a.cache_lengths),
+        reference_threshold=a.reference_threshold,
+    )
     if a.task_prompts:
         tasks = [encode_pair(tok, r["prompt"], "", eos=False)[0] for r in read_jsonl(a.prompts)[: a.task_prompts]]
-        result["tasks"] = task_benchmark(model, ar_model, tok, conv, tasks, block_size=a.block_size,
-                                         max_new_tokens=a.max_new_tokens, thresholds=[float(x) for x in a.thresholds.split(",")],
-                                         batch_size=a.batch_size)
-    result.update({"model": str(model_dir), "ar_model": a.ar_model or str(model_dir), "converted_dlm": converted, "conventions": conv.to_dict(),
-                   "versions": library_versions()})
+        result["tasks"] = task_benchmark(
+            model,
+            ar_model,
+            tok,
+            conv,
+            tasks,
+            block_size=a.block_size,
+            max_new_tokens=a.max_new_tokens,
+            thresholds=[float(x) for x in a.thresholds.split(",")],
+            batch_size=a.batch_size,
+        )
+    result.update(
+        {
+            "model": str(model_dir),
+            "ar_model": a.ar_model or str(model_dir),
+            "converted_dlm": converted,
+            "conventions": conv.to_dict(),
+            "versions": library_versions(),
+        }
+    )
     write_json(a.out, result)
     print(format_report(result))
     print(json.dumps(result["ratios"]))

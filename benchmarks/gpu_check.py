@@ -57,9 +57,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))  # train_memory: the CPU memory measurement and its random Qwen3
@@ -71,20 +71,58 @@ BUDGET_S = 480  # the whole check on one H200
 # --quick (the CPU test) a 2-layer, 64-wide one. The memory cases use the real Qwen3-0.6B widths
 # (vocabulary 151,936) on CUDA, the 768-wide case of benchmarks/train_memory.py on a CPU.
 SIZES = {
-    "full": {"arch": {"hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 4, "num_attention_heads": 4,
-                      "num_key_value_heads": 2, "max_position_embeddings": 1024},
-             "vocab": 2048, "seq_len": 256, "batch_size": 8, "steps": 8, "checkpoint_every": 4, "rollout_length": 32,
-             "dpo_max_length": 128, "prompt_tokens": 24, "decode_blocks": 4,
-             "pretrain": {"steps": 100, "batch_size": 8, "seq_len": 128, "lr": 3e-3}},
-    "quick": {"arch": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-                       "num_key_value_heads": 2, "max_position_embeddings": 256},
-              "vocab": 512, "seq_len": 64, "batch_size": 4, "steps": 6, "checkpoint_every": 2, "rollout_length": 8,
-              "dpo_max_length": 64, "prompt_tokens": 12, "decode_blocks": 2,
-              "pretrain": {"steps": 40, "batch_size": 8, "seq_len": 64, "lr": 3e-3}},
+    "full": {
+        "arch": {
+            "hidden_size": 512,
+            "intermediate_size": 1536,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 1024,
+        },
+        "vocab": 2048,
+        "seq_len": 256,
+        "batch_size": 8,
+        "steps": 8,
+        "checkpoint_every": 4,
+        "rollout_length": 32,
+        "dpo_max_length": 128,
+        "prompt_tokens": 24,
+        "decode_blocks": 4,
+        "pretrain": {"steps": 100, "batch_size": 8, "seq_len": 128, "lr": 3e-3},
+    },
+    "quick": {
+        "arch": {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 256,
+        },
+        "vocab": 512,
+        "seq_len": 64,
+        "batch_size": 4,
+        "steps": 6,
+        "checkpoint_every": 2,
+        "rollout_length": 8,
+        "dpo_max_length": 64,
+        "prompt_tokens": 12,
+        "decode_blocks": 2,
+        "pretrain": {"steps": 40, "batch_size": 8, "seq_len": 64, "lr": 3e-3},
+    },
 }
 QWEN3_06B = "Qwen/Qwen3-0.6B-Base"
-WIDE = {"hidden": 768, "layers": 4, "heads": 12, "kv_heads": 4, "head_dim": 64, "intermediate": 2048, "vocab": 65536,
-        "tied": False}
+WIDE = {
+    "hidden": 768,
+    "layers": 4,
+    "heads": 12,
+    "kv_heads": 4,
+    "head_dim": 64,
+    "intermediate": 2048,
+    "vocab": 65536,
+    "tied": False,
+}
 MEMORY_CASES = {  # (device, quick) -> cases: a method's run of the tiny preset at a shape, rows x seq
     ("cuda", False): [("efficient_dlm", QWEN3_06B, 2, 2048), ("repr_align", QWEN3_06B, 2, 2048)],
     ("cuda", True): [("efficient_dlm", QWEN3_06B, 1, 1024), ("repr_align", QWEN3_06B, 1, 1024)],
@@ -92,8 +130,12 @@ MEMORY_CASES = {  # (device, quick) -> cases: a method's run of the tiny preset 
     ("cpu", True): [("efficient_dlm", WIDE, 2, 256)],
 }
 FAMILIES = {"mdlm": "mdlm", "repr_align": "ra", "efficient_dlm": "ed", "opdlm": "opd"}  # family -> tiny preset run
-TERMS = {"mdlm": ("diffusion",), "repr_align": ("diffusion", "align"), "efficient_dlm": ("diffusion",),
-         "opdlm": ("distill",)}
+TERMS = {
+    "mdlm": ("diffusion",),
+    "repr_align": ("diffusion", "align"),
+    "efficient_dlm": ("diffusion",),
+    "opdlm": ("distill",),
+}
 # The first step's loss against fp32 on the CPU (same weights, batch and masks): bf16 autocast moved it
 # by 1.5e-4 to 5.4e-4 on a CPU (the quick sizes). It catches a device run that computes something else
 # (data, weights, dtype path); a subtly wrong mask moves a loss by less (flex: below). Not opdlm: its
@@ -159,8 +201,9 @@ class Context:
         return self.artifacts[key]
 
     def expect(self, check: str, ok: bool, measured: str, criterion: str) -> None:
-        self.results[check] = Result(check, self.stage, "PASS" if ok else "FAIL", measured, criterion,
-                                     round(time.time() - self.stage_start, 1))
+        self.results[check] = Result(
+            check, self.stage, "PASS" if ok else "FAIL", measured, criterion, round(time.time() - self.stage_start, 1)
+        )
         print(f"[{self.results[check].status}] {check}: {measured} ({criterion})", flush=True)
 
     def perturb(self, check: str, value):
@@ -183,8 +226,9 @@ class Context:
     def fail_unreported(self, checks, reason: str) -> None:
         for check in checks:
             if check not in self.results:
-                self.results[check] = Result(check, self.stage, "FAIL", "", reason,
-                                             round(time.time() - self.stage_start, 1))
+                self.results[check] = Result(
+                    check, self.stage, "FAIL", "", reason, round(time.time() - self.stage_start, 1)
+                )
 
     def guarded(self, checks, fn, *args) -> None:
         """``fn(*args)``; when it raises, those of ``checks`` it has not reported fail with the reason
@@ -220,11 +264,18 @@ class Stage:
 
 # ---------------------------------------------------------------------------------------------- inputs
 
+
 def subprocess_env(**extra) -> dict:
     """This checkout first on the path, the hub offline (nothing is downloaded)."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "HF_DATASETS_OFFLINE": "1", **extra}
+    return {
+        **os.environ,
+        "PYTHONPATH": path,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        **extra,
+    }
 
 
 def prepare(ctx: Context) -> None:
@@ -245,12 +296,28 @@ def prepare(ctx: Context) -> None:
     tok = train_bpe_tokenizer((d["prompt"] + d["completion"] for d in docs), s["vocab"], ctx.work / "tokenizer")
     write_jsonl(ctx.work / "corpus.jsonl", docs)
     teacher = ctx.work / "teacher"
-    pretrain = {**s["pretrain"], "warmup_steps": 10, "weight_decay": 0.1, "grad_clip": 1.0, "dtype": "auto",
-                "log_every": 10}
-    info = pretrain_teacher({"arch": s["arch"], "pretrain": pretrain}, ctx.work / "tokenizer",
-                            ctx.work / "corpus.jsonl", teacher, ctx.work / "teacher_loss.csv", 0, "gpu_check")
-    print(f"teacher: {info['parameters']} parameters, pretrained {s['pretrain']['steps']} steps on the CPU to loss "
-          f"{info['data']['final_train_loss']}", flush=True)
+    pretrain = {
+        **s["pretrain"],
+        "warmup_steps": 10,
+        "weight_decay": 0.1,
+        "grad_clip": 1.0,
+        "dtype": "auto",
+        "log_every": 10,
+    }
+    info = pretrain_teacher(
+        {"arch": s["arch"], "pretrain": pretrain},
+        ctx.work / "tokenizer",
+        ctx.work / "corpus.jsonl",
+        teacher,
+        ctx.work / "teacher_loss.csv",
+        0,
+        "gpu_check",
+    )
+    print(
+        f"teacher: {info['parameters']} parameters, pretrained {s['pretrain']['steps']} steps on the CPU to loss "
+        f"{info['data']['final_train_loss']}",
+        flush=True,
+    )
     pairs = make_preferences("math", maths, 8, 0, "train")
     write_jsonl(ctx.work / "prefs_train.jsonl", pairs[:4])
     write_jsonl(ctx.work / "prefs_eval.jsonl", pairs[4:])
@@ -264,9 +331,19 @@ def run_settings(ctx: Context, family: str, dtype: str) -> dict:
 
     s = ctx.sizes
     run = resolve_run(merge_preset({"preset": "tiny"}, REPO / "config"), FAMILIES[family])
-    run["training"].update({"steps": s["steps"], "batch_size": s["batch_size"], "grad_accum": 1,
-                            "seq_len": s["seq_len"], "lr": 3e-3, "warmup_steps": 1, "dtype": dtype,
-                            "checkpoint_every": s["checkpoint_every"], "log_every": 1})
+    run["training"].update(
+        {
+            "steps": s["steps"],
+            "batch_size": s["batch_size"],
+            "grad_accum": 1,
+            "seq_len": s["seq_len"],
+            "lr": 3e-3,
+            "warmup_steps": 1,
+            "dtype": dtype,
+            "checkpoint_every": s["checkpoint_every"],
+            "log_every": 1,
+        }
+    )
     if run["distill"] is not None:
         run["distill"].update({"rollout_length": s["rollout_length"], "curriculum": None})
     return run
@@ -274,8 +351,22 @@ def run_settings(ctx: Context, family: str, dtype: str) -> dict:
 
 def convert_argv(ctx: Context, run: dict, out: Path) -> list[str]:
     """``ar2dlm.training.convert_run``'s command line for ``run`` into ``out`` (its train.json)."""
-    return ["--settings", json.dumps(run), "--teacher", str(ctx.need("teacher")), "--corpus", str(ctx.need("corpus")),
-            "--out", str(out / "train.json"), "--seed", "0", "--preset", "gpu_check", "--model", "random_qwen3"]
+    return [
+        "--settings",
+        json.dumps(run),
+        "--teacher",
+        str(ctx.need("teacher")),
+        "--corpus",
+        str(ctx.need("corpus")),
+        "--out",
+        str(out / "train.json"),
+        "--seed",
+        "0",
+        "--preset",
+        "gpu_check",
+        "--model",
+        "random_qwen3",
+    ]
 
 
 def convert(ctx: Context, run: dict, out: Path) -> dict:
@@ -330,6 +421,7 @@ def relative_within(value: float, tol: float) -> bool:
 
 # ---------------------------------------------------------------------------------------------- stages
 
+
 def train_stage(ctx: Context) -> None:
     """One conversion per family, bf16, through the trainer's command line."""
     try:
@@ -353,9 +445,12 @@ def train_family(ctx: Context, family: str, reference: float | str | None) -> No
 def check_rollouts(ctx: Context) -> None:
     log = run_log(ctx.need("run:opdlm")[1])
     rollout = [r["flops_rollout"] for r in log]
-    ctx.expect("on_policy_rollouts", all(f > 0 for f in rollout) and all(math.isfinite(r["distill"]) for r in log),
-               f"{len(log)} steps, rollout forwards {min(rollout):.3g}-{max(rollout):.3g} FLOPs per step",
-               "every opdlm step decodes rollouts with the student (rollout FLOPs > 0) and its distill term is finite")
+    ctx.expect(
+        "on_policy_rollouts",
+        all(f > 0 for f in rollout) and all(math.isfinite(r["distill"]) for r in log),
+        f"{len(log)} steps, rollout forwards {min(rollout):.3g}-{max(rollout):.3g} FLOPs per step",
+        "every opdlm step decodes rollouts with the student (rollout FLOPs > 0) and its distill term is finite",
+    )
 
 
 def reference_losses(ctx: Context) -> dict[str, float]:
@@ -371,11 +466,17 @@ def reference_losses(ctx: Context) -> dict[str, float]:
         for argv in argvs:
             main(argv)
     else:  # a CPU process beside this one's GPU
-        script = "import json, sys\nfrom ar2dlm.training.convert_run import main\nfor a in json.loads(sys.argv[1]): " \
-                 "main(a)"
-        proc = subprocess.run([sys.executable, "-c", script, json.dumps(argvs)], cwd=REPO, capture_output=True,
-                              text=True, timeout=max(30.0, ctx.remaining()),
-                              env=subprocess_env(CUDA_VISIBLE_DEVICES=""))
+        script = (
+            "import json, sys\nfrom ar2dlm.training.convert_run import main\nfor a in json.loads(sys.argv[1]): main(a)"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", script, json.dumps(argvs)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=max(30.0, ctx.remaining()),
+            env=subprocess_env(CUDA_VISIBLE_DEVICES=""),
+        )
         if proc.returncode:
             raise RuntimeError(f"the CPU reference runs failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return {f: run_log(ctx.work / "reference" / f)[0]["loss"] for f in runs}
@@ -419,16 +520,25 @@ def resume_stage(ctx: Context) -> None:
     resumed = [r["loss"] for r in run_log(out)]
     loss_diff = max_rel(ctx.perturb("resume_losses", resumed), [r["loss"] for r in run_log(straight)])
     ok = info["resumed_from"] == killed_at and [r["step"] for r in run_log(out)] == list(range(steps))
-    ctx.expect("resume_losses", ok and relative_within(loss_diff, loss_tol),
-               f"killed after step {killed_at} of {steps}, resumed from {info['resumed_from']}, "
-               f"max loss difference {loss_diff:.2e}",
-               f"resumes from the checkpoint it was killed after; every step logged once; losses within "
-               f"{'bitwise' if loss_tol == 0 else f'{loss_tol:g} relative'} of the uninterrupted run")
-    diff = weights_rel(ctx.perturb("resume_weights", final_weights(out)), final_weights(straight),
-                       weights(ctx.need("teacher")))
-    ctx.expect("resume_weights", relative_within(diff, weight_tol), f"relative difference {diff:.2e}",
-               "final weights " + ("bitwise equal to" if weight_tol == 0 else
-                                   f"within {weight_tol:g} of the training's change of") + " the uninterrupted run's")
+    ctx.expect(
+        "resume_losses",
+        ok and relative_within(loss_diff, loss_tol),
+        f"killed after step {killed_at} of {steps}, resumed from {info['resumed_from']}, "
+        f"max loss difference {loss_diff:.2e}",
+        f"resumes from the checkpoint it was killed after; every step logged once; losses within "
+        f"{'bitwise' if loss_tol == 0 else f'{loss_tol:g} relative'} of the uninterrupted run",
+    )
+    diff = weights_rel(
+        ctx.perturb("resume_weights", final_weights(out)), final_weights(straight), weights(ctx.need("teacher"))
+    )
+    ctx.expect(
+        "resume_weights",
+        relative_within(diff, weight_tol),
+        f"relative difference {diff:.2e}",
+        "final weights "
+        + ("bitwise equal to" if weight_tol == 0 else f"within {weight_tol:g} of the training's change of")
+        + " the uninterrupted run's",
+    )
 
 
 def kill_after_checkpoint(ctx: Context, run: dict, out: Path, step: int) -> int:
@@ -439,8 +549,13 @@ def kill_after_checkpoint(ctx: Context, run: dict, out: Path, step: int) -> int:
     out.mkdir(parents=True, exist_ok=True)
     marker = out / f"step_{step}" / "trainer_state.pt"
     with open(out.parent / "killed.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "ar2dlm.training.convert_run", *convert_argv(ctx, run, out)],
-                                cwd=REPO, env=subprocess_env(), stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ar2dlm.training.convert_run", *convert_argv(ctx, run, out)],
+            cwd=REPO,
+            env=subprocess_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.time() + max(60.0, ctx.remaining())
         while not marker.exists() and proc.poll() is None:
             if time.time() > deadline:
@@ -466,19 +581,37 @@ def two_process_stage(ctx: Context) -> None:
     root = ctx.work / "two_process"
     two, one, cut = root / "two", root / "one", root / "cut"
     threads = str(max(1, (os.cpu_count() or 2) // 2))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "ar2dlm.training.convert_run", *convert_argv(ctx, run, two)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=max(30.0, ctx.remaining()),
-                          env=subprocess_env(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=threads))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "ar2dlm.training.convert_run",
+        *convert_argv(ctx, run, two),
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=max(30.0, ctx.remaining()),
+        env=subprocess_env(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=threads),
+    )
     if proc.returncode:
         raise RuntimeError(f"torchrun with two processes failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     convert(ctx, run, one)
     loss_tol, weight_tol = TWO_PROCESS_TOL[ctx.device]
-    diff = max_rel(ctx.perturb("two_process_equals_one", [r["loss"] for r in run_log(two)]),
-                   [r["loss"] for r in run_log(one)])
-    ctx.expect("two_process_equals_one", relative_within(diff, loss_tol), f"max loss difference {diff:.2e}",
-               f"two gloo processes (FSDP2, fp32) log the losses of one process on {ctx.device} within "
-               f"{loss_tol:g} relative")
+    diff = max_rel(
+        ctx.perturb("two_process_equals_one", [r["loss"] for r in run_log(two)]), [r["loss"] for r in run_log(one)]
+    )
+    ctx.expect(
+        "two_process_equals_one",
+        relative_within(diff, loss_tol),
+        f"max loss difference {diff:.2e}",
+        f"two gloo processes (FSDP2, fp32) log the losses of one process on {ctx.device} within {loss_tol:g} relative",
+    )
     k, steps = run["training"]["checkpoint_every"], run["training"]["steps"]
     shutil.copytree(two, cut)
     (cut / "train.json").unlink()
@@ -486,13 +619,16 @@ def two_process_stage(ctx: Context) -> None:
         shutil.rmtree(cut / f"step_{step}", ignore_errors=True)
     info = convert(ctx, run, cut)
     loss_diff = max_rel([r["loss"] for r in run_log(cut)][k:], [r["loss"] for r in run_log(one)][k:])
-    w_diff = weights_rel(ctx.perturb("two_process_resumes_on_one", final_weights(cut)), final_weights(one),
-                         weights(ctx.need("teacher")))
-    ctx.expect("two_process_resumes_on_one",
-               info["resumed_from"] == k and loss_diff <= loss_tol and w_diff <= weight_tol,
-               f"resumed from {info['resumed_from']}, max loss difference {loss_diff:.2e}, weights {w_diff:.2e}",
-               f"the two-process checkpoint of step {k} resumes on one process on {ctx.device}: losses within "
-               f"{loss_tol:g}, final weights within {weight_tol:g} of the training's change, of one process's run")
+    w_diff = weights_rel(
+        ctx.perturb("two_process_resumes_on_one", final_weights(cut)), final_weights(one), weights(ctx.need("teacher"))
+    )
+    ctx.expect(
+        "two_process_resumes_on_one",
+        info["resumed_from"] == k and loss_diff <= loss_tol and w_diff <= weight_tol,
+        f"resumed from {info['resumed_from']}, max loss difference {loss_diff:.2e}, weights {w_diff:.2e}",
+        f"the two-process checkpoint of step {k} resumes on one process on {ctx.device}: losses within "
+        f"{loss_tol:g}, final weights within {weight_tol:g} of the training's change, of one process's run",
+    )
 
 
 def decode_stage(ctx: Context) -> None:
@@ -506,7 +642,7 @@ def decode_stage(ctx: Context) -> None:
     _, out = ctx.need("run:efficient_dlm")
     model, tok, conv, _ = load_model(final_checkpoint(out / "train.json"), dtype=torch.float64, device=ctx.device)
     s = ctx.sizes
-    prompts = [tok(d["prompt"])["input_ids"][-s["prompt_tokens"]:] for d in ctx.need("docs")[::97][:4]]
+    prompts = [tok(d["prompt"])["input_ids"][-s["prompt_tokens"] :] for d in ctx.need("docs")[::97][:4]]
     length = s["decode_blocks"] * conv.block_size
     kwargs = dict(gen_length=length, block_size=conv.block_size, threshold=0.9, stop_at_eos=False)
     cached, with_cache = generate_dlm(model, conv, prompts, use_cache=True, **kwargs)
@@ -514,23 +650,35 @@ def decode_stage(ctx: Context) -> None:
     cached = ctx.perturb("decode_block_cache", cached)
     same = sum(a == b for x, y in zip(cached, plain) for a, b in zip(x, y))
     ok = cached == plain and with_cache.forward_tokens < without.forward_tokens
-    ctx.expect("decode_block_cache", ok,
-               f"{same} of {sum(map(len, plain))} tokens equal; forward tokens {with_cache.forward_tokens} cached, "
-               f"{without.forward_tokens} recomputed ({len(prompts)} prompts, {length} tokens, block "
-               f"{conv.block_size}, fp64)",
-               "the same tokens with the exact block KV cache as with full recomputation, with fewer positions run")
+    ctx.expect(
+        "decode_block_cache",
+        ok,
+        f"{same} of {sum(map(len, plain))} tokens equal; forward tokens {with_cache.forward_tokens} cached, "
+        f"{without.forward_tokens} recomputed ({len(prompts)} prompts, {length} tokens, block "
+        f"{conv.block_size}, fp64)",
+        "the same tokens with the exact block KV cache as with full recomputation, with fewer positions run",
+    )
 
 
 DPO_SETTINGS = {  # two optimizer steps: the first is at learning rate 0 (TRL's warm-up starts there)
-    "beta": 0.1, "steps": 2, "lr": 1e-3, "batch_size": 2, "train_pairs": 4, "eval_pairs": 4, "elbo_samples": 1,
-    "eval_elbo_samples": 2, "lora": {"r": 8, "alpha": 16, "dropout": 0.0}}
+    "beta": 0.1,
+    "steps": 2,
+    "lr": 1e-3,
+    "batch_size": 2,
+    "train_pairs": 4,
+    "eval_pairs": 4,
+    "elbo_samples": 1,
+    "eval_elbo_samples": 2,
+    "lora": {"r": 8, "alpha": 16, "dropout": 0.0},
+}
 
 
 def dpo_stage(ctx: Context) -> None:
     """LoRA DPO through TRL (the dpo_run command line) on the AR teacher and on the mdlm DLM."""
     ctx.guarded(("dpo_lora_teacher",), dpo_step, ctx, "dpo_lora_teacher", "--model", ctx.need("teacher"))
-    ctx.guarded(("dpo_lora_dlm",), lambda: dpo_step(ctx, "dpo_lora_dlm", "--manifest",
-                                                    ctx.need("run:mdlm")[1] / "train.json"))
+    ctx.guarded(
+        ("dpo_lora_dlm",), lambda: dpo_step(ctx, "dpo_lora_dlm", "--manifest", ctx.need("run:mdlm")[1] / "train.json")
+    )
 
 
 def dpo_step(ctx: Context, check: str, flag: str, source: Path) -> None:
@@ -539,8 +687,22 @@ def dpo_step(ctx: Context, check: str, flag: str, source: Path) -> None:
 
     out = ctx.work / "dpo" / check
     cfg = {**DPO_SETTINGS, "max_length": ctx.sizes["dpo_max_length"]}
-    main([flag, str(source), "--train", str(ctx.work / "prefs_train.jsonl"), "--eval",
-          str(ctx.work / "prefs_eval.jsonl"), "--settings", json.dumps(cfg), "--seed", "0", "--out", str(out)])
+    main(
+        [
+            flag,
+            str(source),
+            "--train",
+            str(ctx.work / "prefs_train.jsonl"),
+            "--eval",
+            str(ctx.work / "prefs_eval.jsonl"),
+            "--settings",
+            json.dumps(cfg),
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+        ]
+    )
     check_lora_step(ctx, check, out, final_checkpoint(source) if flag == "--manifest" else source)
     ctx.artifacts[check] = out
 
@@ -564,10 +726,14 @@ def check_lora_step(ctx: Context, check: str, out: Path, base: Path) -> None:
     finite = all(math.isfinite(x) for x in losses) and bool(losses)
     accuracy = info["reward_accuracy"]
     ok = finite and moved > 0 and bool(kept) and 0 <= accuracy <= 1 and info["dpo"]["lora"]
-    ctx.expect(check, ok, f"loss {losses}, max |dW| of {len(linear)} projections {moved:.2e}, embeddings kept: "
-               f"{bool(kept)}, reward accuracy {accuracy:.2f}",
-               "two TRL steps (the first at learning rate 0): finite loss; the merged LoRA delta moves the "
-               "projections and leaves the embeddings as loaded; reward accuracy in [0, 1]")
+    ctx.expect(
+        check,
+        ok,
+        f"loss {losses}, max |dW| of {len(linear)} projections {moved:.2e}, embeddings kept: "
+        f"{bool(kept)}, reward accuracy {accuracy:.2f}",
+        "two TRL steps (the first at learning rate 0): finite loss; the merged LoRA delta moves the "
+        "projections and leaves the embeddings as loaded; reward accuracy in [0, 1]",
+    )
 
 
 def gamma_stage(ctx: Context) -> None:
@@ -578,20 +744,38 @@ def gamma_stage(ctx: Context) -> None:
 
     _, mdlm = ctx.need("run:mdlm")
     dlm, dpo, teacher = final_checkpoint(mdlm / "train.json"), ctx.need("dpo_lora_teacher"), ctx.need("teacher")
-    cfg = {"grid": [1.0], "beta": 0.1, "eval_pairs": 4, "elbo_samples": 2, "batch_size": 8,
-           "merges": {"task_arithmetic": {}}}
+    cfg = {
+        "grid": [1.0],
+        "beta": 0.1,
+        "eval_pairs": 4,
+        "elbo_samples": 2,
+        "batch_size": 8,
+        "merges": {"task_arithmetic": {}},
+    }
     out = ctx.work / "gamma"
-    result = search(teacher, dpo, dlm, read_jsonl(ctx.work / "prefs_eval.jsonl"), cfg, "task_arithmetic",
-                    out / "curve.json", out / "model", seed=0)
+    result = search(
+        teacher,
+        dpo,
+        dlm,
+        read_jsonl(ctx.work / "prefs_eval.jsonl"),
+        cfg,
+        "task_arithmetic",
+        out / "curve.json",
+        out / "model",
+        seed=0,
+    )
     merged = ctx.perturb("gamma_point", weights(out / "model"))
     base, tuned, pre = weights(dlm), weights(dpo), weights(teacher)
     gamma = result["gamma_hat"]
     err = max(float((merged[k] - (base[k] + gamma * (tuned[k] - pre[k]))).abs().max()) for k in base)
     curve = result["curve"]
     ok = len(curve) == 1 and 0 <= curve[0]["reward_accuracy"] <= 1 and gamma == 1.0 and err <= MERGE_TOL
-    ctx.expect("gamma_point", ok, f"gamma {gamma}: reward accuracy {curve[0]['reward_accuracy']:.2f}, "
-               f"merge error {err:.1e}",
-               f"one scored point; the saved model is dlm + gamma * (dpo - teacher) within {MERGE_TOL:g}")
+    ctx.expect(
+        "gamma_point",
+        ok,
+        f"gamma {gamma}: reward accuracy {curve[0]['reward_accuracy']:.2f}, merge error {err:.1e}",
+        f"one scored point; the saved model is dlm + gamma * (dpo - teacher) within {MERGE_TOL:g}",
+    )
 
 
 def flex_stage(ctx: Context) -> None:
@@ -602,9 +786,12 @@ def flex_stage(ctx: Context) -> None:
 
 def check_flex(ctx: Context, family: str) -> None:
     loss_diff, grad_diff, loss = flex_against_dense(ctx, family)
-    ctx.expect(f"flex_vs_dense_{family}", loss_diff <= FLEX_TOL[0] and grad_diff <= FLEX_TOL[1],
-               f"loss {loss:.4f}: relative difference {loss_diff:.1e}, gradients {grad_diff:.1e}",
-               f"fp32: loss within {FLEX_TOL[0]:g} relative, gradients within {FLEX_TOL[1]:g} relative L2")
+    ctx.expect(
+        f"flex_vs_dense_{family}",
+        loss_diff <= FLEX_TOL[0] and grad_diff <= FLEX_TOL[1],
+        f"loss {loss:.4f}: relative difference {loss_diff:.1e}, gradients {grad_diff:.1e}",
+        f"fp32: loss within {FLEX_TOL[0]:g} relative, gradients within {FLEX_TOL[1]:g} relative L2",
+    )
 
 
 def flex_against_dense(ctx: Context, family: str) -> tuple[float, float, float]:
@@ -621,8 +808,8 @@ def flex_against_dense(ctx: Context, family: str) -> tuple[float, float, float]:
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(3, len(tok), (rows, seq), generator=gen)
     valid = torch.ones_like(ids)
-    valid[1, seq // 2 + 3:] = 0  # a right-padded row, its padding across a flex block boundary
-    ids[1, seq // 2 + 3:] = tok.pad_token_id
+    valid[1, seq // 2 + 3 :] = 0  # a right-padded row, its padding across a flex block boundary
+    ids[1, seq // 2 + 3 :] = tok.pad_token_id
     plens = torch.randint(0, seq // 4, (rows,), generator=gen)
     mb = MicroBatch(ids, valid, plens, torch.arange(rows), 1, 0).to(ctx.device)
     out = {}
@@ -651,9 +838,12 @@ def check_memory(ctx: Context, family: str, shape, rows: int, seq: int) -> None:
     measured = ctx.perturb(f"memory_{family}", measured)
     error = estimated / measured - 1
     name = shape if isinstance(shape, str) else f"{shape['hidden']}-wide, {shape['layers']} layers"
-    ctx.expect(f"memory_{family}", abs(error) <= MEMORY_TOL,
-               f"{name}, {rows} x {seq}: measured {measured:.2f} GB, planner {estimated:.2f} GB ({error:+.0%})"
-               + note, f"ar2dlm.plan.memory's estimate within {MEMORY_TOL:.0%} of the measured peak")
+    ctx.expect(
+        f"memory_{family}",
+        abs(error) <= MEMORY_TOL,
+        f"{name}, {rows} x {seq}: measured {measured:.2f} GB, planner {estimated:.2f} GB ({error:+.0%})" + note,
+        f"ar2dlm.plan.memory's estimate within {MEMORY_TOL:.0%} of the measured peak",
+    )
 
 
 def memory_cpu(family: str, shape: dict, rows: int, seq: int) -> tuple[float, float, str]:
@@ -662,8 +852,13 @@ def memory_cpu(family: str, shape: dict, rows: int, seq: int) -> tuple[float, fl
     from train_memory import estimated
 
     case = {"name": family, "shape": shape, "run": FAMILIES[family], "rows": rows, "seq": seq, "checkpointing": False}
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "train_memory.py"), "--case", json.dumps(case)],
-                          cwd=REPO, capture_output=True, text=True, env=subprocess_env())
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "train_memory.py"), "--case", json.dumps(case)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+    )
     if proc.returncode:
         raise RuntimeError(f"train_memory.py failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])["peak_gb"], estimated(case)["estimate_gb"], ""
@@ -698,9 +893,13 @@ def stages(device: str, quick: bool) -> list[Stage]:
         Stage("decode", ("decode_block_cache",), decode_stage, ("train",)),
         Stage("dpo", ("dpo_lora_teacher", "dpo_lora_dlm"), dpo_stage, ("train",)),
         Stage("gamma", ("gamma_point",), gamma_stage, ("train", "dpo")),
-        Stage("flex", tuple(f"flex_vs_dense_{f}" for f in FLEX_FAMILIES), flex_stage,
-              cpu_skip="flex attention has no CPU backward in torch (NotImplementedError); its CPU forward "
-                       "is compared with dense masks in tests/test_selected_logits.py"),
+        Stage(
+            "flex",
+            tuple(f"flex_vs_dense_{f}" for f in FLEX_FAMILIES),
+            flex_stage,
+            cpu_skip="flex attention has no CPU backward in torch (NotImplementedError); its CPU forward "
+            "is compared with dense masks in tests/test_selected_logits.py",
+        ),
         Stage("memory", memory_checks(device, quick), memory_stage, inputs=False),
     ]
 
@@ -711,6 +910,7 @@ def check_names(device: str, quick: bool) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- driver
+
 
 def missing_packages() -> list[str]:
     return [name for name in REQUIRED if importlib.util.find_spec(name) is None]
@@ -768,25 +968,36 @@ def summary(ctx: Context, results: list[Result]) -> str:
     lines = ["| check | status | measured | criterion | s |", "|---|---|---|---|---|"]
     lines += [f"| {r.check} | {r.status} | {r.measured} | {r.criterion} | {r.seconds} |" for r in results]
     failed = [r.check for r in results if r.status == "FAIL"]
-    lines.append(f"\n{len(results) - len(failed)} of {len(results)} checks passed or skipped on {ctx.device}"
-                 + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    lines.append(
+        f"\n{len(results) - len(failed)} of {len(results)} checks passed or skipped on {ctx.device}"
+        + (f"; FAILED: {', '.join(failed)}" if failed else "")
+    )
     return "\n".join(lines)
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--quick", action="store_true", help="smaller models and fewer steps (SIZES['quick'])")
     ap.add_argument("--out", help="write the checks as JSON here")
     ap.add_argument("--workdir", help="keep the models and runs here (default: a temporary folder, removed)")
     ap.add_argument("--budget-s", type=float, default=BUDGET_S, help="time for the whole check (default %(default)s)")
-    ap.add_argument("--only", nargs="+", choices=[s.name for s in stages("cuda", False)], metavar="STAGE",
-                    help="these stages (and the stages they read from): %(choices)s")
-    ap.add_argument("--inject-failure", metavar="CHECK",
-                    help="alter what CHECK compares, to show that it fails: a check that compares values (train_* "
-                         "but opdlm, resume_*, two_process_*, decode_block_cache, gamma_point, flex_vs_dense_*, "
-                         "memory_*)")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        choices=[s.name for s in stages("cuda", False)],
+        metavar="STAGE",
+        help="these stages (and the stages they read from): %(choices)s",
+    )
+    ap.add_argument(
+        "--inject-failure",
+        metavar="CHECK",
+        help="alter what CHECK compares, to show that it fails: a check that compares values (train_* "
+        "but opdlm, resume_*, two_process_*, decode_block_cache, gamma_point, flex_vs_dense_*, "
+        "memory_*)",
+    )
     return ap.parse_args(argv)
 
 
@@ -797,20 +1008,28 @@ def main(argv=None) -> int:
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     missing = missing_packages()
     if missing:
-        print(f"gpu_check: the environment lacks {', '.join(missing)}; this check installs nothing (it runs offline "
-              "in the environment it is given): install the project's environment first", file=sys.stderr)
+        print(
+            f"gpu_check: the environment lacks {', '.join(missing)}; this check installs nothing (it runs offline "
+            "in the environment it is given): install the project's environment first",
+            file=sys.stderr,
+        )
         return 2
     sys.path.insert(0, str(REPO))
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("gpu_check: no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver), or run with "
-              "--device cpu for the CPU part", file=sys.stderr)
+        print(
+            "gpu_check: no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver), or run with "
+            "--device cpu for the CPU part",
+            file=sys.stderr,
+        )
         return 2
     names = check_names(args.device, args.quick)
     if args.inject_failure and args.inject_failure not in names:
-        print(f"gpu_check: --inject-failure {args.inject_failure}: no such check (known: {', '.join(names)})",
-              file=sys.stderr)
+        print(
+            f"gpu_check: --inject-failure {args.inject_failure}: no such check (known: {', '.join(names)})",
+            file=sys.stderr,
+        )
         return 2
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpu_check_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -835,14 +1054,29 @@ def main(argv=None) -> int:
 
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         gpu = torch.cuda.get_device_name() if args.device == "cuda" else None
-        Path(args.out).write_text(json.dumps({
-            "device": args.device, "gpu": gpu, "quick": args.quick, "sizes": ctx.sizes,
-            "memory_cases": MEMORY_CASES[(args.device, args.quick)], "passed": not failed,
-            "wall_seconds": round(wall, 1), "budget_seconds": args.budget_s, "versions": library_versions(),
-            "checks": [vars(r) for r in results]}, indent=1))
+        Path(args.out).write_text(
+            json.dumps(
+                {
+                    "device": args.device,
+                    "gpu": gpu,
+                    "quick": args.quick,
+                    "sizes": ctx.sizes,
+                    "memory_cases": MEMORY_CASES[(args.device, args.quick)],
+                    "passed": not failed,
+                    "wall_seconds": round(wall, 1),
+                    "budget_seconds": args.budget_s,
+                    "versions": library_versions(),
+                    "checks": [vars(r) for r in results],
+                },
+                indent=1,
+            )
+        )
     if args.inject_failure and args.inject_failure not in ctx.perturbed:
-        print(f"gpu_check: --inject-failure {args.inject_failure}: the check was not reached, or compares nothing the "
-              "flag can alter", file=sys.stderr)
+        print(
+            f"gpu_check: --inject-failure {args.inject_failure}: the check was not reached, or compares nothing the "
+            "flag can alter",
+            file=sys.stderr,
+        )
         return 2
     return 1 if failed else 0
 

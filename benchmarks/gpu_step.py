@@ -38,7 +38,9 @@ def step_case(shape, run, rows, seq, attn, steps=4):
     torch.cuda.reset_peak_memory_stats()
     model = build(shape, attn)
     model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    objective = objective_for(run, Conventions(run["attention"], run["shift"], shape.vocab - 1, 1, 2, run["block_size"]), 0)
+    objective = objective_for(
+        run, Conventions(run["attention"], run["shift"], shape.vocab - 1, 1, 2, run["block_size"]), 0
+    )
     teacher = None
     if objective.needs_teacher:
         t = build(shape, "sdpa", torch.bfloat16)  # the trainer loads a bf16 run's teacher in bf16
@@ -64,8 +66,14 @@ def step_case(shape, run, rows, seq, attn, steps=4):
     flops = step_flops(shape, run, True)
     est = peak(estimate(shape, run, Launch(1, 1, rows, True, False)))
     del model, teacher, opt
-    return {"tokens_per_s": objective.trained_tokens(mb, 0) / dt, "step_s": dt, "tflops": flops / dt / 1e12,
-            "peak_gb": torch.cuda.max_memory_allocated() / 1e9, "planner_gb": est / 1e9, "loss": float(loss)}
+    return {
+        "tokens_per_s": objective.trained_tokens(mb, 0) / dt,
+        "step_s": dt,
+        "tflops": flops / dt / 1e12,
+        "peak_gb": torch.cuda.max_memory_allocated() / 1e9,
+        "planner_gb": est / 1e9,
+        "loss": float(loss),
+    }
 
 
 def main():
@@ -88,8 +96,10 @@ def main():
             rows.append(r)
     print("\n| shape | method | tokens/s | MFU | peak GB | planner GB |\n|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['shape']} | {r['method']} | {r['tokens_per_s']:.0f} | {r['mfu']:.1%} | {r['peak_gb']:.1f} "
-              f"| {r['planner_gb']:.1f} |")
+        print(
+            f"| {r['shape']} | {r['method']} | {r['tokens_per_s']:.0f} | {r['mfu']:.1%} | {r['peak_gb']:.1f} "
+            f"| {r['planner_gb']:.1f} |"
+        )
 
 
 if __name__ == "__main__":

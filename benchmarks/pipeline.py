@@ -35,8 +35,15 @@ def job_times(work: Path) -> pd.DataFrame:
     rows = []
     for f in sorted(work.glob(layout.bench_path("*/*"))):
         last = pd.read_csv(f, sep="\t").iloc[-1]
-        rows.append({"stage": f.parent.name, "job": f.stem, "s": float(last["s"]),
-                     "cpu_s": float(last["cpu_time"]), "max_rss_mb": float(last["max_rss"])})
+        rows.append(
+            {
+                "stage": f.parent.name,
+                "job": f.stem,
+                "s": float(last["s"]),
+                "cpu_s": float(last["cpu_time"]),
+                "max_rss_mb": float(last["max_rss"]),
+            }
+        )
     if not rows:
         raise SystemExit(f"no benchmark files {work / layout.bench_path('*/*')}: run the target first")
     return pd.DataFrame(rows)
@@ -62,14 +69,24 @@ def main():
     if not args.no_run:
         fresh = not (results.exists() and any(p.name != "README.md" for p in results.iterdir()))
         if not fresh and not args.resume:
-            raise SystemExit(f"{results} holds results: the timing is from a clean results directory (move them away "
-                             "first, or --resume a stopped run)")
+            raise SystemExit(
+                f"{results} holds results: the timing is from a clean results directory (move them away "
+                "first, or --resume a stopped run)"
+            )
         if args.resume and not sittings_file.exists():
             raise SystemExit(f"--resume: no {sittings_file} (this directory holds no run started by this script)")
         sittings = json.loads(sittings_file.read_text()) if args.resume else []
         work.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), *args.target.split(),
-               "--cores", str(args.cores)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            *args.target.split(),
+            "--cores",
+            str(args.cores),
+        ]
         if args.configfile:
             cmd += ["--configfile", str(Path(args.configfile).resolve())]
         if args.resume:
@@ -81,25 +98,44 @@ def main():
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         returncode = proc.wait()
-        sittings.append({"started": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0)),
-                         "seconds": round(time.time() - t0, 1), "exit": returncode})
+        sittings.append(
+            {
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t0)),
+                "seconds": round(time.time() - t0, 1),
+                "exit": returncode,
+            }
+        )
         sittings_file.parent.mkdir(parents=True, exist_ok=True)
         sittings_file.write_text(json.dumps(sittings, indent=2))
         wall = sum(x["seconds"] for x in sittings)
         if returncode != 0:
-            raise SystemExit(f"snakemake {args.target} stopped (exit {returncode}) after {wall:.0f} s in "
-                             f"{len(sittings)} sitting(s); continue it with --resume")
+            raise SystemExit(
+                f"snakemake {args.target} stopped (exit {returncode}) after {wall:.0f} s in "
+                f"{len(sittings)} sitting(s); continue it with --resume"
+            )
 
     jobs = job_times(work)
-    stages = (jobs.groupby("stage").agg(jobs=("job", "size"), job_s=("s", "sum"), cpu_s=("cpu_s", "sum"),
-                                        slowest_s=("s", "max")).sort_values("job_s", ascending=False).round(1))
+    stages = (
+        jobs.groupby("stage")
+        .agg(jobs=("job", "size"), job_s=("s", "sum"), cpu_s=("cpu_s", "sum"), slowest_s=("s", "max"))
+        .sort_values("job_s", ascending=False)
+        .round(1)
+    )
     slowest = jobs.sort_values("s", ascending=False).head(args.top).round(1)
     sittings = json.loads(sittings_file.read_text()) if sittings_file.exists() else []
-    summary = {"target": args.target, "configfile": args.configfile, "cores": args.cores,
-               "wall_seconds": None if wall is None else round(wall, 1), "sittings": sittings,
-               "budget_minutes": args.budget_min,
-               "jobs": len(jobs), "job_seconds": round(jobs.s.sum(), 1), "cpu_seconds": round(jobs.cpu_s.sum(), 1),
-               "stages": stages.reset_index().to_dict("records"), "slowest": slowest.to_dict("records")}
+    summary = {
+        "target": args.target,
+        "configfile": args.configfile,
+        "cores": args.cores,
+        "wall_seconds": None if wall is None else round(wall, 1),
+        "sittings": sittings,
+        "budget_minutes": args.budget_min,
+        "jobs": len(jobs),
+        "job_seconds": round(jobs.s.sum(), 1),
+        "cpu_seconds": round(jobs.cpu_s.sum(), 1),
+        "stages": stages.reset_index().to_dict("records"),
+        "slowest": slowest.to_dict("records"),
+    }
     out = Path(args.out) if args.out else work / layout.bench_result("pipeline")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2))
@@ -107,8 +143,10 @@ def main():
     if wall is not None:
         verdict = "within" if wall <= 60 * args.budget_min else "over"
         parts = f" in {len(sittings)} sittings" if len(sittings) > 1 else ""
-        print(f"{args.target}: {wall / 60:.1f} min wall{parts} on {args.cores} cores ({verdict} the "
-              f"{args.budget_min:g}-minute budget)")
+        print(
+            f"{args.target}: {wall / 60:.1f} min wall{parts} on {args.cores} cores ({verdict} the "
+            f"{args.budget_min:g}-minute budget)"
+        )
     print(f"{len(jobs)} jobs, {jobs.s.sum() / 60:.1f} job-minutes, {jobs.cpu_s.sum() / 60:.1f} CPU-minutes\n")
     print(stages.to_markdown(), "\n")
     print(slowest.to_markdown(index=False))

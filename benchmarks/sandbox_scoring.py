@@ -37,12 +37,19 @@ def main() -> None:
     times, scored = [], None
     for _ in range(a.repeats):
         t0 = time.perf_counter()
-        scored = code.score_samples(problems, samples, fmt=settings.get("format", "evalplus"),
-                                    dataset=settings.get("dataset", "humaneval"), parallel=settings.get("parallel", 2))
+        scored = code.score_samples(
+            problems,
+            samples,
+            fmt=settings.get("format", "evalplus"),
+            dataset=settings.get("dataset", "humaneval"),
+            parallel=settings.get("parallel", 2),
+        )
         times.append(time.perf_counter() - t0)
     verdicts = {tid: rows for tid, rows in sorted(scored["per_task"].items())}
-    line = f"{len(samples)} samples scored in {statistics.median(times):.2f} s (median of {a.repeats}: " \
-           f"{', '.join(f'{t:.2f}' for t in times)}), {code.__file__}"
+    line = (
+        f"{len(samples)} samples scored in {statistics.median(times):.2f} s (median of {a.repeats}: "
+        f"{', '.join(f'{t:.2f}' for t in times)}), {code.__file__}"
+    )
     if a.compare:
         other = json.loads(a.compare.read_text())["verdicts"]
         differ = sum(x != y for tid in verdicts for x, y in zip(verdicts[tid], other.get(tid, [])))

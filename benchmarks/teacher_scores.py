@@ -37,7 +37,10 @@ def main() -> None:
             if not path.exists():
                 continue
             res = read_json(path)
-            scores[bench] = {"metric": headline_metric(config, bench), "value": round(headline_value(config, bench, res), 4)}
+            scores[bench] = {
+                "metric": headline_metric(config, bench),
+                "value": round(headline_value(config, bench, res), 4),
+            }
             provenance = {"commit": res.get("provenance", {}).get("commit"), "machine": res["versions"].get("machine")}
     write_json(a.out, {"preset": a.preset, "teacher_scores": scores, **provenance})
     print(f"{a.out}: {len(scores)} benchmarks")

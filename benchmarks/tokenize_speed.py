@@ -20,7 +20,6 @@ Run it on an otherwise idle machine with at least W free cores: the planner's co
 """
 
 import argparse
-import itertools
 import json
 import os
 import shutil
@@ -105,17 +104,29 @@ def main(argv=None) -> int:
         nw, sw = with_workers(docs, folder, workers)
     single, per_worker = n1 / s1, nw / sw / workers
     hours = plan.tokens / (plan.shards * plan.workers * per_worker) / 3600
-    result = {"text": args.corpus or "stdlib", "passes": round(passes, 2), "tokens": n1, "cpus": os.cpu_count(),
-              "one_process_tokens_per_s": round(single), "workers": workers,
-              "per_worker_tokens_per_s": round(per_worker), "planned_tokens_per_s": TOKENS_PER_SECOND,
-              "stream_tokens": plan.tokens, "shard_jobs": plan.shards, "workers_per_job": plan.workers,
-              "planned_hours": round(plan.hours, 2), "measured_hours": round(hours, 2)}
+    result = {
+        "text": args.corpus or "stdlib",
+        "passes": round(passes, 2),
+        "tokens": n1,
+        "cpus": os.cpu_count(),
+        "one_process_tokens_per_s": round(single),
+        "workers": workers,
+        "per_worker_tokens_per_s": round(per_worker),
+        "planned_tokens_per_s": TOKENS_PER_SECOND,
+        "stream_tokens": plan.tokens,
+        "shard_jobs": plan.shards,
+        "workers_per_job": plan.workers,
+        "planned_hours": round(plan.hours, 2),
+        "measured_hours": round(hours, 2),
+    }
     print(f"{n1} tokens of {result['text']} ({passes:.2f} passes over the text), {os.cpu_count()} CPUs\n")
     print("| measurement | tokens/s per worker |\n|---|---|")
     print(f"| one process | {single:,.0f} |\n| {workers} workers (shard writer) | {per_worker:,.0f} |")
     print(f"| planner's constant | {TOKENS_PER_SECOND:,.0f} |")
-    print(f"\n{plan.tokens / 1e9:g}B-token stream: {plan.shards} shard jobs x {plan.workers} workers: "
-          f"{hours:.1f} h at the measured rate ({plan.hours:.1f} h planned; goal at most 12 h)")
+    print(
+        f"\n{plan.tokens / 1e9:g}B-token stream: {plan.shards} shard jobs x {plan.workers} workers: "
+        f"{hours:.1f} h at the measured rate ({plan.hours:.1f} h planned; goal at most 12 h)"
+    )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from ar2dlm.pipeline.config import merge_preset
-from ar2dlm.provenance import library_versions, read_json, write_json
 from ar2dlm.pipeline.runs import resolve_run
+from ar2dlm.provenance import library_versions, read_json, write_json
 from ar2dlm.training.trainer import train_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,9 +33,12 @@ def timed_run(run, teacher, corpus, steps, skip):
     with tempfile.TemporaryDirectory() as tmp:
         train_run(run, teacher, corpus, tmp, seed=0, preset="bench", model_name="bench")
         rows = [json.loads(line) for line in (Path(tmp) / "log.jsonl").read_text().splitlines()][skip:]
-    return {"run": run["name"], "steps_timed": len(rows),
-            "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in rows), 1),
-            "step_s": round(statistics.median(r["step_s"] for r in rows), 5)}
+    return {
+        "run": run["name"],
+        "steps_timed": len(rows),
+        "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in rows), 1),
+        "step_s": round(statistics.median(r["step_s"] for r in rows), 5),
+    }
 
 
 def gpu_mfu(config, steps: int = 20, peak_tflops: float = 989.0):
@@ -45,9 +48,17 @@ def gpu_mfu(config, steps: int = 20, peak_tflops: float = 989.0):
     from ar2dlm.core.conventions import Conventions
     from ar2dlm.training.objectives import diffusion_terms
 
-    cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                      num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
-                      tie_word_embeddings=True)
+    cfg = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    )
     out = {}
     for name in ("mdlm", "ra"):
         run = resolve_run(config, name)
@@ -55,8 +66,14 @@ def gpu_mfu(config, steps: int = 20, peak_tflops: float = 989.0):
         model = Qwen3ForCausalLM(cfg).cuda()
         teacher = Qwen3ForCausalLM(cfg).cuda().eval().requires_grad_(False) if run["align"] else None
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-        conv = Conventions(attention=run["attention"], shift=run["shift"], mask_token_id=151669, eos_token_id=151643,
-                           pad_token_id=151643, block_size=run["block_size"])
+        conv = Conventions(
+            attention=run["attention"],
+            shift=run["shift"],
+            mask_token_id=151669,
+            eos_token_id=151643,
+            pad_token_id=151643,
+            block_size=run["block_size"],
+        )
         B, T = 4, 2048
         ids = torch.randint(0, 151000, (B, T), device="cuda")
         valid, plens = torch.ones_like(ids), torch.zeros(B, dtype=torch.long, device="cuda")
@@ -78,8 +95,12 @@ def gpu_mfu(config, steps: int = 20, peak_tflops: float = 989.0):
         flops = 6 * n * B * T + 12 * cfg.num_hidden_layers * cfg.hidden_size * B * T * T  # + teacher fwd if aligned
         if teacher is not None:
             flops += 2 * n * B * T
-        out[name] = {"tokens_per_s": round(B * T / step_s), "step_s": round(step_s, 4),
-                     "mfu": round(flops / step_s / (peak_tflops * 1e12), 4), "params": n}
+        out[name] = {
+            "tokens_per_s": round(B * T / step_s),
+            "step_s": round(step_s, 4),
+            "mfu": round(flops / step_s / (peak_tflops * 1e12), 4),
+            "params": n,
+        }
         del model, teacher, opt
         torch.cuda.empty_cache()
     return out
@@ -99,16 +120,20 @@ def main(argv=None):
     if a.threads:
         torch.set_num_threads(a.threads)
     config = merge_preset({"preset": a.preset}, REPO / "config")
-    runs = {name: timed_run(resolve_run(config, name), a.teacher, a.corpus, a.steps, a.skip)
-            for name in ("mdlm", "ra", "ra_freeze")}
+    runs = {
+        name: timed_run(resolve_run(config, name), a.teacher, a.corpus, a.steps, a.skip)
+        for name in ("mdlm", "ra", "ra_freeze")
+    }
     result = {
         "runs": runs,
         "freeze_speedup": round(runs["ra_freeze"]["tokens_per_s"] / runs["ra"]["tokens_per_s"], 3),
         "repr_align_over_mdlm_step_time": round(runs["ra"]["step_s"] / runs["mdlm"]["step_s"], 3),
         # seconds of training steps per run, summed over every attempt (a resumed run's manifest
         # records only its last process in wall_seconds)
-        "wall_seconds": {f"{m['model']}/{m['run']}/seed{m['seed']}": m.get("train_seconds", m["wall_seconds"])
-                         for m in map(read_json, a.manifests)},
+        "wall_seconds": {
+            f"{m['model']}/{m['run']}/seed{m['seed']}": m.get("train_seconds", m["wall_seconds"])
+            for m in map(read_json, a.manifests)
+        },
         "gpu": gpu_mfu(config) if torch.cuda.is_available() else "no CUDA GPU here: MFU not measured",
         "threads": torch.get_num_threads(),
         "versions": library_versions(),

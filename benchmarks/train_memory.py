@@ -19,12 +19,36 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-QWEN3_06B = {"hidden": 1024, "layers": 28, "heads": 16, "kv_heads": 8, "head_dim": 128, "intermediate": 3072,
-             "vocab": 151936, "tied": True}
-SMALL = {"hidden": 512, "layers": 6, "heads": 8, "kv_heads": 4, "head_dim": 64, "intermediate": 1536,
-         "vocab": 32768, "tied": True}
-WIDE = {"hidden": 768, "layers": 4, "heads": 12, "kv_heads": 4, "head_dim": 64, "intermediate": 2048,
-        "vocab": 65536, "tied": False}
+QWEN3_06B = {
+    "hidden": 1024,
+    "layers": 28,
+    "heads": 16,
+    "kv_heads": 8,
+    "head_dim": 128,
+    "intermediate": 3072,
+    "vocab": 151936,
+    "tied": True,
+}
+SMALL = {
+    "hidden": 512,
+    "layers": 6,
+    "heads": 8,
+    "kv_heads": 4,
+    "head_dim": 64,
+    "intermediate": 1536,
+    "vocab": 32768,
+    "tied": True,
+}
+WIDE = {
+    "hidden": 768,
+    "layers": 4,
+    "heads": 12,
+    "kv_heads": 4,
+    "head_dim": 64,
+    "intermediate": 2048,
+    "vocab": 65536,
+    "tied": False,
+}
 METHOD_RUNS = {"mdlm": "mdlm", "repr_align": "ra", "efficient_dlm": "ed", "opdlm": "opd_off"}
 
 
@@ -33,8 +57,15 @@ def case_run(run_name: str, rows: int, seq: int, checkpointing: bool) -> dict:
     from ar2dlm.pipeline.runs import resolve_run
 
     run = resolve_run(merge_preset({"preset": "tiny"}, REPO / "config"), run_name)
-    run["training"].update({"dtype": "fp32", "seq_len": seq, "batch_size": rows, "grad_accum": 1,
-                            "activation_checkpointing": checkpointing})
+    run["training"].update(
+        {
+            "dtype": "fp32",
+            "seq_len": seq,
+            "batch_size": rows,
+            "grad_accum": 1,
+            "activation_checkpointing": checkpointing,
+        }
+    )
     if run["distill"] is not None:
         run["distill"].update({"rollout_length": seq // 2, "curriculum": None})
     return run
@@ -44,10 +75,19 @@ def random_qwen3(s: dict):
     """A randomly initialised Qwen3 causal LM of shape ``s`` (the keys of ``ar2dlm.plan.memory.Shape``)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    return Qwen3ForCausalLM(Qwen3Config(
-        vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["intermediate"],
-        num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
-        head_dim=s["head_dim"], tie_word_embeddings=s["tied"], max_position_embeddings=8192))
+    return Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=s["vocab"],
+            hidden_size=s["hidden"],
+            intermediate_size=s["intermediate"],
+            num_hidden_layers=s["layers"],
+            num_attention_heads=s["heads"],
+            num_key_value_heads=s["kv_heads"],
+            head_dim=s["head_dim"],
+            tie_word_embeddings=s["tied"],
+            max_position_embeddings=8192,
+        )
+    )
 
 
 def qwen3_rows(rows: int, seq: int):
@@ -66,7 +106,7 @@ def qwen3_rows(rows: int, seq: int):
     with tempfile.TemporaryDirectory() as tmp:
         tok = load_pretrained_tokenizer(str(Path(spec.submodule_search_locations[0]) / "tokenizer_files"), tmp)
     text = "".join(p.read_text() for p in sorted((REPO / "ar2dlm").rglob("*.py")))
-    ids = tok(text)["input_ids"][:rows * seq]
+    ids = tok(text)["input_ids"][: rows * seq]
     return torch.tensor(ids).view(rows, seq), tok.mask_token_id
 
 
@@ -136,15 +176,39 @@ def estimated(case: dict) -> dict:
 
 def cases(qwen: bool) -> list[dict]:
     if qwen:
-        return [{"name": f"qwen3-0.6b {m}", "shape": QWEN3_06B, "run": r, "rows": 1, "seq": 512, "checkpointing": False,
-                 "real_tokens": True} for m, r in METHOD_RUNS.items()]
-    return [{"name": "small mdlm", "shape": SMALL, "run": "mdlm", "rows": 4, "seq": 512, "checkpointing": False},
-            {"name": "small repr_align", "shape": SMALL, "run": "ra", "rows": 4, "seq": 512, "checkpointing": False},
-            {"name": "wide efficient_dlm", "shape": WIDE, "run": "ed", "rows": 2, "seq": 512, "checkpointing": False},
-            {"name": "wide efficient_dlm (checkpointed)", "shape": WIDE, "run": "ed", "rows": 2, "seq": 512,
-             "checkpointing": True},
-            {"name": "small opdlm off-policy", "shape": SMALL, "run": "opd_off", "rows": 4, "seq": 512,
-             "checkpointing": False}]
+        return [
+            {
+                "name": f"qwen3-0.6b {m}",
+                "shape": QWEN3_06B,
+                "run": r,
+                "rows": 1,
+                "seq": 512,
+                "checkpointing": False,
+                "real_tokens": True,
+            }
+            for m, r in METHOD_RUNS.items()
+        ]
+    return [
+        {"name": "small mdlm", "shape": SMALL, "run": "mdlm", "rows": 4, "seq": 512, "checkpointing": False},
+        {"name": "small repr_align", "shape": SMALL, "run": "ra", "rows": 4, "seq": 512, "checkpointing": False},
+        {"name": "wide efficient_dlm", "shape": WIDE, "run": "ed", "rows": 2, "seq": 512, "checkpointing": False},
+        {
+            "name": "wide efficient_dlm (checkpointed)",
+            "shape": WIDE,
+            "run": "ed",
+            "rows": 2,
+            "seq": 512,
+            "checkpointing": True,
+        },
+        {
+            "name": "small opdlm off-policy",
+            "shape": SMALL,
+            "run": "opd_off",
+            "rows": 4,
+            "seq": 512,
+            "checkpointing": False,
+        },
+    ]
 
 
 def main():
@@ -158,21 +222,34 @@ def main():
         return
     rows = []
     for case in cases(args.qwen):
-        proc = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True,
-                              cwd=REPO)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True, cwd=REPO
+        )
         if proc.returncode:
             sys.exit(f"{case['name']} failed:\n{proc.stderr[-3000:]}")
         got = json.loads(proc.stdout.strip().splitlines()[-1])
         est = estimated(case)
-        rows.append({"case": case["name"], "rows x seq": f"{case['rows']} x {case['seq']}", **got, **est,
-                     "error": est["estimate_gb"] / got["peak_gb"] - 1})
+        rows.append(
+            {
+                "case": case["name"],
+                "rows x seq": f"{case['rows']} x {case['seq']}",
+                **got,
+                **est,
+                "error": est["estimate_gb"] / got["peak_gb"] - 1,
+            }
+        )
         r = rows[-1]
-        print(f"{r['case']}: measured {r['peak_gb']:.2f} GB, estimated {r['estimate_gb']:.2f} GB "
-              f"({r['error']:+.0%}), {r['tokens_per_s']:.0f} tokens/s  {r['parts_gb']}", flush=True)
+        print(
+            f"{r['case']}: measured {r['peak_gb']:.2f} GB, estimated {r['estimate_gb']:.2f} GB "
+            f"({r['error']:+.0%}), {r['tokens_per_s']:.0f} tokens/s  {r['parts_gb']}",
+            flush=True,
+        )
     print("\n| case | rows x seq | measured peak (GB) | planner (GB) | error | tokens/s |\n|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['case']} | {r['rows x seq']} | {r['peak_gb']:.2f} | {r['estimate_gb']:.2f} | {r['error']:+.0%} "
-              f"| {r['tokens_per_s']:.0f} |")
+        print(
+            f"| {r['case']} | {r['rows x seq']} | {r['peak_gb']:.2f} | {r['estimate_gb']:.2f} | {r['error']:+.0%} "
+            f"| {r['tokens_per_s']:.0f} |"
+        )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(rows, indent=1))

@@ -12,23 +12,23 @@ rule dpo_teacher:
         eval=preference_files("eval"),
     output:
         directory(layout.teacher_dpo_dir()),
+    log:
+        layout.log_path("armap/dpo_teacher_{model}_{pdomain}"),
+    benchmark:
+        layout.bench_path("armap/dpo_teacher_{model}_{pdomain}")
+    # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
+    retries: dpo_retries("dpo_teacher")
+    conda:
+        "../envs/ar2dlm.yaml"
+    threads: 1
+    resources:
+        **dpo_resources("dpo_teacher"),
     params:
         cfg=json.dumps(config["armap"]["dpo"]),
         seed=config["seed"],
         domains=preference_domains,
         launcher=lambda wc, resources: launcher(resources),
         launch=dpo_launch("dpo_teacher"),
-    resources:
-        **dpo_resources("dpo_teacher"),
-    # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
-    retries: dpo_retries("dpo_teacher")
-    threads: 1
-    log:
-        layout.log_path("armap/dpo_teacher_{model}_{pdomain}"),
-    benchmark:
-        layout.bench_path("armap/dpo_teacher_{model}_{pdomain}"),
-    conda:
-        "../envs/ar2dlm.yaml"
     shell:
         "{params.launcher} -m ar2dlm.armap.dpo_run --model {input.model:q} --train {input.train:q} "
         "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {params.seed} "
@@ -45,15 +45,15 @@ rule armap_spectra:
         csv=layout.spectra_csv(),
         pdf=layout.spectra_figure("pdf"),
         png=layout.spectra_figure("png"),
-    resources:
-        **armap_runtime("armap_spectra"),
-    threads: 1
     log:
         layout.log_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}"),
     benchmark:
-        layout.bench_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}"),
+        layout.bench_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}")
     conda:
         "../envs/ar2dlm.yaml"
+    threads: 1
+    resources:
+        **armap_runtime("armap_spectra"),
     script:
         "../workflow_scripts/armap_spectra.py"
 
@@ -68,19 +68,22 @@ rule gamma_search:
     output:
         curve=layout.gamma_curve(),
         model=directory(layout.armap_model_dir()),
-    params:
-        # pairs cut to the length the preference vector's DPO trained on
-        cfg={"gamma": config["armap"]["gamma"], "merges": config["armap"]["merges"],
-             "max_length": config["armap"]["dpo"]["max_length"]},
-    resources:
-        **armap_runtime("gamma_search"),
-    threads: 1
     log:
         layout.log_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}"),
     benchmark:
-        layout.bench_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}"),
+        layout.bench_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}")
     conda:
         "../envs/ar2dlm.yaml"
+    threads: 1
+    resources:
+        **armap_runtime("gamma_search"),
+    params:
+        # pairs cut to the length the preference vector's DPO trained on
+        cfg={
+            "gamma": config["armap"]["gamma"],
+            "merges": config["armap"]["merges"],
+            "max_length": config["armap"]["dpo"]["max_length"],
+        },
     script:
         "../workflow_scripts/gamma_search.py"
 
@@ -94,22 +97,22 @@ rule dlm_dpo:
         eval=preference_files("eval"),
     output:
         directory(layout.dlm_dpo_dir()),
+    log:
+        layout.log_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
+    benchmark:
+        layout.bench_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}")
+    # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
+    retries: dpo_retries("dlm_dpo")
+    conda:
+        "../envs/ar2dlm.yaml"
+    threads: 1
+    resources:
+        **dpo_resources("dlm_dpo"),
     params:
         cfg=json.dumps(config["armap"]["dlm_dpo"]),
         domains=preference_domains,
         launcher=lambda wc, resources: launcher(resources),
         launch=dpo_launch("dlm_dpo"),
-    resources:
-        **dpo_resources("dlm_dpo"),
-    # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
-    retries: dpo_retries("dlm_dpo")
-    threads: 1
-    log:
-        layout.log_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
-    benchmark:
-        layout.bench_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
-    conda:
-        "../envs/ar2dlm.yaml"
     shell:
         "{params.launcher} -m ar2dlm.armap.dpo_run --manifest {input.manifest:q} --train {input.train:q} "
         "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {wildcards.seed} "
@@ -123,15 +126,15 @@ rule evaluate_armap_model:
         model=layout.armap_model_dir(),
     output:
         layout.derived_eval_path(name=layout.armap_name()),
-    params:
-        spec=lambda wc: benchmark_settings(config, wc.benchmark),
-    threads: 1
     log:
         layout.log_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}"),
     benchmark:
-        layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}"),
+        layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}")
     conda:
         "../envs/ar2dlm.yaml"
+    threads: 1
+    params:
+        spec=lambda wc: benchmark_settings(config, wc.benchmark),
     script:
         "../workflow_scripts/evaluate.py"
 
@@ -143,15 +146,15 @@ rule evaluate_dlm_dpo:
         model=layout.dlm_dpo_dir(),
     output:
         layout.derived_eval_path(name=layout.dlm_dpo_name()),
-    params:
-        spec=lambda wc: benchmark_settings(config, wc.benchmark),
-    threads: 1
     log:
         layout.log_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}"),
     benchmark:
-        layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}"),
+        layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}")
     conda:
         "../envs/ar2dlm.yaml"
+    threads: 1
+    params:
+        spec=lambda wc: benchmark_settings(config, wc.benchmark),
     script:
         "../workflow_scripts/evaluate.py"
 
@@ -163,15 +166,15 @@ rule evaluate_teacher_dpo:
         model=layout.teacher_dpo_dir(),
     output:
         layout.teacher_dpo_eval_path(),
-    params:
-        spec=lambda wc: benchmark_settings(config, wc.benchmark),
-        seed=config["seed"],
-    threads: 1
     log:
         layout.log_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}"),
     benchmark:
-        layout.bench_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}"),
+        layout.bench_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}")
     conda:
         "../envs/ar2dlm.yaml"
+    threads: 1
+    params:
+        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+        seed=config["seed"],
     script:
         "../workflow_scripts/evaluate.py"

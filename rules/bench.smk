@@ -9,19 +9,19 @@ rule bench_decode:
         prompts=layout.suite_file("code", "eval"),
     output:
         layout.bench_result("decode"),
+    log:
+        layout.log_path("bench/decode"),
+    benchmark:
+        layout.bench_path("bench/decode")
+    conda:
+        "../envs/ar2dlm.yaml"
+    threads: 8
     params:
         script=os.path.join(workflow.basedir, "benchmarks", "decode.py"),
         b=config["bench"],
         lengths=",".join(map(str, config["bench"]["lengths"])),
         cache_lengths=",".join(map(str, config["bench"]["cache_lengths"])),
         thresholds=",".join(map(str, config["bench"]["thresholds"])),
-    threads: 8
-    log:
-        layout.log_path("bench/decode"),
-    benchmark:
-        layout.bench_path("bench/decode"),
-    conda:
-        "../envs/ar2dlm.yaml"
     shell:
         "python {params.script} --model $(dirname {input.dlm}) --ar-model {input.teacher} --prompts {input.prompts}"
         " --out {output} --threads {threads} --batch-size {params.b[batch_size]}"
@@ -39,16 +39,16 @@ rule bench_train:
         manifests=[layout.conversion_manifest(m, r, s) for m, r, s in CONVERSIONS],
     output:
         layout.bench_result("train"),
-    params:
-        script=os.path.join(workflow.basedir, "benchmarks", "train.py"),
-        preset=config["preset"],
-    threads: 8
     log:
         layout.log_path("bench/train"),
     benchmark:
-        layout.bench_path("bench/train"),
+        layout.bench_path("bench/train")
     conda:
         "../envs/ar2dlm.yaml"
+    threads: 8
+    params:
+        script=os.path.join(workflow.basedir, "benchmarks", "train.py"),
+        preset=config["preset"],
     shell:
         "python {params.script} --teacher {input.teacher} --corpus {input.corpus} --preset {params.preset}"
         " --out {output} --threads {threads} --manifests {input.manifests} > {log} 2>&1"

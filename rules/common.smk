@@ -22,8 +22,17 @@ except RuntimeError as exc:
 from ar2dlm.pipeline import layout
 from ar2dlm.pipeline.checks import check_config, emulated_bf16_warning
 from ar2dlm.pipeline.config import ConfigError, benchmark_settings, merge_preset, validate_config
-from ar2dlm.pipeline.jobs import (armap_domains, armap_jobs, conversion_corpus, conversion_jobs, conversion_settings,
-                                  eval_jobs, init_manifest, study_config, token_rows_source)
+from ar2dlm.pipeline.jobs import (
+    armap_domains,
+    armap_jobs,
+    conversion_corpus,
+    conversion_jobs,
+    conversion_settings,
+    eval_jobs,
+    init_manifest,
+    study_config,
+    token_rows_source,
+)
 from ar2dlm.core.hub import MissingAssetError, is_cached, missing_message, require_token
 from ar2dlm.pipeline.assets import assets_for, hub_assets
 from ar2dlm.evaluation.suite import BENCHMARK_KINDS
@@ -53,11 +62,16 @@ GPU_JOBS = {}  # evaluation and AR-MAP jobs planned for it (GPUs of a sharded fu
 if config.get("cluster"):
     PLANS = {p.job: p for p in plan_jobs(config)}
     GPU_JOBS = {j.job: j for j in plan_one_gpu_jobs(config)}
-    _unfit = (unfit(list(PLANS.values())) + unfit_one_gpu(list(GPU_JOBS.values()), config["cluster"]["gpu_memory_gb"])
-              + over_runtime(GPU_JOBS.values()))
+    _unfit = (
+        unfit(list(PLANS.values()))
+        + unfit_one_gpu(list(GPU_JOBS.values()), config["cluster"]["gpu_memory_gb"])
+        + over_runtime(GPU_JOBS.values())
+    )
     if _unfit:
-        raise WorkflowError("jobs that do not fit the config's cluster (python -m ar2dlm.plan prints every "
-                            "estimate):\n  " + "\n  ".join(_unfit))
+        raise WorkflowError(
+            "jobs that do not fit the config's cluster (python -m ar2dlm.plan prints every "
+            "estimate):\n  " + "\n  ".join(_unfit)
+        )
 # Compute jobs never download: `snakemake prefetch` (a local rule) fills the hub cache where the network is.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -130,11 +144,13 @@ def require_cached(key):
 def hub_ready(key):
     """An input function adding no file: ``require_cached`` of the config key ``key`` (or
     ``key(wildcards)``; None: the job reads nothing from the hub)."""
+
     def check(wildcards):
         k = key(wildcards) if callable(key) else key
         if k:
             require_cached(k)
         return []
+
     return check
 
 
@@ -170,8 +186,10 @@ def preference_domains(wildcards):
 
 def preference_files(split):
     """The preference pairs of ``preference_domains``, in their order."""
+
     def inputs(wildcards):
         return [layout.preference_file(d, split) for d in preference_domains(wildcards)]
+
     return inputs
 
 
@@ -182,8 +200,12 @@ def eval_outputs():
 def table_outputs():
     out = [layout.study_table(s, fmt) for s in STUDIES for fmt in layout.TABLE_FORMATS]
     out += [layout.study_figure(stem, fmt) for stem in FIGURES for fmt in layout.FIGURE_FORMATS]
-    out += [layout.armap_table("main", "md"), layout.armap_figure("gamma", "pdf"), layout.claims_file("md"),
-            layout.claims_file("csv")]
+    out += [
+        layout.armap_table("main", "md"),
+        layout.armap_figure("gamma", "pdf"),
+        layout.claims_file("md"),
+        layout.claims_file("csv"),
+    ]
     return out
 
 
@@ -196,9 +218,11 @@ def launcher(resources):
     if resources.get("mpi"):
         nodes = int(resources.get("nodes", 1) or 1)
         per_node = int(resources.get("tasks") or gpus) // nodes
-        torchrun = (f"exec {sys.executable} -m torch.distributed.run --nnodes={nodes} --nproc_per_node={per_node} "
-                    "--rdzv_backend=c10d --rdzv_id=$SLURM_JOB_ID --rdzv_endpoint="
-                    '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):$((29500 + SLURM_JOB_ID % 1000)) "$@"')
+        torchrun = (
+            f"exec {sys.executable} -m torch.distributed.run --nnodes={nodes} --nproc_per_node={per_node} "
+            "--rdzv_backend=c10d --rdzv_id=$SLURM_JOB_ID --rdzv_endpoint="
+            '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):$((29500 + SLURM_JOB_ID % 1000)) "$@"'
+        )
         return f"srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c '{torchrun}' torchrun"
     if gpus > 1:
         return f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node={gpus}"
@@ -249,7 +273,10 @@ def conversion_launch(wildcards) -> str:
     plan = conversion_plan(wildcards)
     if plan is None:
         return "{}"
-    launch = {"activation_checkpointing": plan.launch.activation_checkpointing, "shard_teacher": plan.launch.shard_teacher}
+    launch = {
+        "activation_checkpointing": plan.launch.activation_checkpointing,
+        "shard_teacher": plan.launch.shard_teacher,
+    }
     if plan.segments > 1:
         launch["stop_after_hours"] = round(STOP_FRACTION * config["cluster"]["runtime_hours"], 2)
     return json.dumps(launch)
@@ -263,9 +290,14 @@ def conversion_resources():
         return {}
     gpus = lambda wc: conversion_plan(wc).launch.gpus  # noqa: E731
     multi = lambda wc: conversion_plan(wc).launch.nodes > 1  # noqa: E731
-    return {"nodes": lambda wc: conversion_plan(wc).launch.nodes, "gpu": gpus,
-            "tasks": lambda wc: gpus(wc) if multi(wc) else 1, "tasks_per_gpu": 0,
-            "mpi": lambda wc: "srun" if multi(wc) else "", "runtime": f"{config['cluster']['runtime_hours']}h"}
+    return {
+        "nodes": lambda wc: conversion_plan(wc).launch.nodes,
+        "gpu": gpus,
+        "tasks": lambda wc: gpus(wc) if multi(wc) else 1,
+        "tasks_per_gpu": 0,
+        "mpi": lambda wc: "srun" if multi(wc) else "",
+        "runtime": f"{config['cluster']['runtime_hours']}h",
+    }
 
 
 def token_rows_plan(wildcards):
@@ -278,8 +310,10 @@ def token_rows_shards(wildcards):
     plan = token_rows_plan(wildcards)
     if plan.shards == 1:
         return []
-    return [layout.token_rows_shard_dir(wildcards.source, wildcards.selection, wildcards.seq_len, k, plan.shards)
-            for k in range(plan.shards)]
+    return [
+        layout.token_rows_shard_dir(wildcards.source, wildcards.selection, wildcards.seq_len, k, plan.shards)
+        for k in range(plan.shards)
+    ]
 
 
 def token_rows_threads(wildcards):
@@ -294,5 +328,7 @@ def token_rows_resources():
     if not config.get("cluster"):
         return {}
     tokenizes = lambda wc: token_rows_plan(wc).shards == 1 or "shard" in wc.keys()  # noqa: E731
-    return {"mem_mb": lambda wc: token_rows_plan(wc).mem_mb if tokenizes(wc) else 16000,
-            "runtime": lambda wc: token_rows_plan(wc).runtime_minutes if tokenizes(wc) else 240}
+    return {
+        "mem_mb": lambda wc: token_rows_plan(wc).mem_mb if tokenizes(wc) else 16000,
+        "runtime": lambda wc: token_rows_plan(wc).runtime_minutes if tokenizes(wc) else 240,
+    }

@@ -12,6 +12,17 @@ rule convert:
         init=lambda wc: init_manifest(config, wc.model, wc.run, wc.seed),
     output:
         layout.conversion_manifest(),
+    log:
+        layout.log_path("convert/{model}_{run}_seed{seed}"),
+    benchmark:
+        layout.bench_path("convert/{model}_{run}_seed{seed}")
+    conda:
+        "../envs/ar2dlm.yaml"
+    # one thread per job: on CPUs the tiny model trains 1.37x faster as parallel one-thread jobs than
+    # one two-thread job at a time (2 cores); GPU jobs get their CPUs from the SLURM profile
+    threads: 1
+    resources:
+        **conversion_resources(),
     params:
         run=lambda wc: json.dumps(conversion_settings(config, wc.run), sort_keys=True),
         preset=config["preset"],
@@ -19,17 +30,6 @@ rule convert:
         launcher=lambda wc, resources: launcher(resources),
         launch=conversion_launch,
         init=lambda wc, input: f"--init-from {json.dumps(input.init[0])}" if input.init else "",
-    resources:
-        **conversion_resources(),
-    # one thread per job: on CPUs the tiny model trains 1.37x faster as parallel one-thread jobs than
-    # one two-thread job at a time (2 cores); GPU jobs get their CPUs from the SLURM profile
-    threads: 1
-    log:
-        layout.log_path("convert/{model}_{run}_seed{seed}"),
-    benchmark:
-        layout.bench_path("convert/{model}_{run}_seed{seed}")
-    conda:
-        "../envs/ar2dlm.yaml"
     shell:
         "{params.launcher} -m ar2dlm.training.convert_run --settings {params.run:q} --teacher {input.teacher:q} "
         "--corpus {input.corpus:q} --out {output:q} --seed {wildcards.seed} --preset {params.preset} "

@@ -8,14 +8,14 @@ rule synthetic_suites:
         code_eval=layout.suite_file("code", "eval"),
         math_train=layout.suite_file("math", "train"),
         math_eval=layout.suite_file("math", "eval"),
-    params:
-        data={k: config["data"][k] for k in ("seed", "code_suite", "math_suite")},
     log:
         layout.log_path("data/synthetic_suites"),
     benchmark:
-        layout.bench_path("data/synthetic_suites"),
+        layout.bench_path("data/synthetic_suites")
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        data={k: config["data"][k] for k in ("seed", "code_suite", "math_suite")},
     script:
         "../workflow_scripts/make_suites.py"
 
@@ -28,14 +28,14 @@ rule preferences:
     output:
         train=layout.preference_file("{domain}", "train"),
         eval=layout.preference_file("{domain}", "eval"),
-    params:
-        data={k: config["data"][k] for k in ("seed", "preferences")},
     log:
         layout.log_path("data/preferences_{domain}"),
     benchmark:
-        layout.bench_path("data/preferences_{domain}"),
+        layout.bench_path("data/preferences_{domain}")
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        data={k: config["data"][k] for k in ("seed", "preferences")},
     script:
         "../workflow_scripts/make_preferences.py"
 
@@ -48,18 +48,18 @@ rule tokenizer:
         math_train=layout.suite_file("math", "train"),
     output:
         directory(layout.tokenizer_dir()),
+    log:
+        layout.log_path("data/tokenizer"),
+    benchmark:
+        layout.bench_path("data/tokenizer")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         data={
             "seed": config["data"]["seed"],
             "tokenizer": config["data"]["tokenizer"],
             "corpus": {"stdlib_files": config["data"]["corpus"]["stdlib_files"]},
         },
-    log:
-        layout.log_path("data/tokenizer"),
-    benchmark:
-        layout.bench_path("data/tokenizer"),
-    conda:
-        "../envs/ar2dlm.yaml"
     script:
         "../workflow_scripts/make_tokenizer.py"
 
@@ -73,14 +73,14 @@ rule corpus:
         math_train=layout.suite_file("math", "train"),
     output:
         **corpus_outputs(),
-    params:
-        data={k: config["data"][k] for k in ("seed", "corpus")},
     log:
         layout.log_path("data/corpus"),
     benchmark:
-        layout.bench_path("data/corpus"),
+        layout.bench_path("data/corpus")
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        data={k: config["data"][k] for k in ("seed", "corpus")},
     script:
         "../workflow_scripts/make_corpus.py"
 
@@ -91,15 +91,15 @@ rule prompt_set:
         hub_ready(lambda wc: f"data.prompt_sets.{wc.pset}"),
     output:
         layout.prompt_set_file(),
-    params:
-        spec=lambda wc: config["data"]["prompt_sets"][wc.pset],
-        seed=config["data"]["seed"],
     log:
         layout.log_path("data/prompts_{pset}"),
     benchmark:
-        layout.bench_path("data/prompts_{pset}"),
+        layout.bench_path("data/prompts_{pset}")
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        spec=lambda wc: config["data"]["prompt_sets"][wc.pset],
+        seed=config["data"]["seed"],
     script:
         "../workflow_scripts/make_prompt_set.py"
 
@@ -114,16 +114,16 @@ rule token_rows_shard:
         tokenizer=layout.tokenizer_dir(),
     output:
         temp(directory(layout.token_rows_shard_dir())),
-    priority: 50
-    threads: token_rows_threads
-    resources:
-        **token_rows_resources(),
     log:
         layout.log_path("data/token_rows_{source}_{selection}_len{seq_len}_shard{shard}of{shards}"),
     benchmark:
-        layout.bench_path("data/token_rows_{source}_{selection}_len{seq_len}_shard{shard}of{shards}"),
+        layout.bench_path("data/token_rows_{source}_{selection}_len{seq_len}_shard{shard}of{shards}")
+    priority: 50
     conda:
         "../envs/ar2dlm.yaml"
+    threads: token_rows_threads
+    resources:
+        **token_rows_resources(),
     script:
         "../workflow_scripts/make_token_shard.py"
 
@@ -140,18 +140,18 @@ rule token_rows:
         shards=token_rows_shards,
     output:
         directory(layout.token_rows_dir()),
-    # every conversion waits on these rows: scheduled before any ready single-core job, since a
-    # multi-core job left waiting for free cores would otherwise idle the cores it does not hold
-    priority: 50
-    threads: token_rows_threads
-    resources:
-        **token_rows_resources(),
     log:
         layout.log_path("data/token_rows_{source}_{selection}_len{seq_len}"),
     benchmark:
-        layout.bench_path("data/token_rows_{source}_{selection}_len{seq_len}"),
+        layout.bench_path("data/token_rows_{source}_{selection}_len{seq_len}")
+    # every conversion waits on these rows: scheduled before any ready single-core job, since a
+    # multi-core job left waiting for free cores would otherwise idle the cores it does not hold
+    priority: 50
     conda:
         "../envs/ar2dlm.yaml"
+    threads: token_rows_threads
+    resources:
+        **token_rows_resources(),
     script:
         "../workflow_scripts/make_token_rows.py"
 
@@ -161,15 +161,18 @@ rule prefetch:
     corpus, preferences, prompt sets, lm-eval and mteb data sets), and the evalplus release files.
     A local rule, for where the network is; every other job reads the cache with the hub offline."""
     input:
-        lambda wc: [layout.benchmark_problems(b) for b, spec in config["eval"]["benchmarks"].items()
-                    if spec.get("source") == "evalplus"],
+        lambda wc: [
+            layout.benchmark_problems(b)
+            for b, spec in config["eval"]["benchmarks"].items()
+            if spec.get("source") == "evalplus"
+        ],
         hub_ready_to_fetch,
-    params:
-        assets=[dataclasses.asdict(a) for a in HUB_ASSETS],
     log:
         layout.log_path("data/prefetch"),
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        assets=[dataclasses.asdict(a) for a in HUB_ASSETS],
     script:
         "../workflow_scripts/prefetch.py"
 
@@ -178,16 +181,20 @@ rule code_benchmark:
     """A code benchmark's problems in one file: the held-out suite, the real HumanEval file, an
     evalplus release (fetched here, once) or a local file; cut to the benchmark's limit."""
     input:
-        lambda wc: [layout.suite_file("code", "eval")] if config["eval"]["benchmarks"][wc.benchmark].get("source") == "suite" else [],
+        lambda wc: (
+            [layout.suite_file("code", "eval")]
+            if config["eval"]["benchmarks"][wc.benchmark].get("source") == "suite"
+            else []
+        ),
     output:
         layout.benchmark_problems(),
-    params:
-        spec=lambda wc: config["eval"]["benchmarks"][wc.benchmark],
     log:
         layout.log_path("data/benchmark_{benchmark}"),
     benchmark:
-        layout.bench_path("data/benchmark_{benchmark}"),
+        layout.bench_path("data/benchmark_{benchmark}")
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        spec=lambda wc: config["eval"]["benchmarks"][wc.benchmark],
     script:
         "../workflow_scripts/code_benchmark.py"

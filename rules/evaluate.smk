@@ -10,15 +10,15 @@ rule evaluate_checkpoint:
         manifest=layout.conversion_manifest(),
     output:
         layout.eval_path(),
-    params:
-        spec=lambda wc: benchmark_settings(config, wc.benchmark),
-    threads: 1
     log:
         layout.log_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}"),
     benchmark:
-        layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}"),
+        layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}")
     conda:
         "../envs/ar2dlm.yaml"
+    threads: 1
+    params:
+        spec=lambda wc: benchmark_settings(config, wc.benchmark),
     script:
         "../workflow_scripts/evaluate.py"
 
@@ -30,15 +30,15 @@ rule evaluate_teacher:
         model=layout.teacher_dir(),
     output:
         layout.eval_path(run="teacher"),
-    params:
-        spec=lambda wc: benchmark_settings(config, wc.benchmark),
-        seed=config["seed"],
-    threads: 1
     log:
         layout.log_path("eval/{benchmark}_{model}_teacher"),
     benchmark:
-        layout.bench_path("eval/{benchmark}_{model}_teacher"),
+        layout.bench_path("eval/{benchmark}_{model}_teacher")
     conda:
         "../envs/ar2dlm.yaml"
+    threads: 1
+    params:
+        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+        seed=config["seed"],
     script:
         "../workflow_scripts/evaluate.py"

@@ -11,15 +11,15 @@ rule run_summary:
     output:
         markdown=layout.run_summary("md"),
         json=layout.run_summary("json"),
-    params:
-        preset=config["preset"],
-        models=MODELS,
     log:
         layout.log_path("report/run_summary"),
     benchmark:
-        layout.bench_path("report/run_summary"),
+        layout.bench_path("report/run_summary")
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        preset=config["preset"],
+        models=MODELS,
     script:
         "../workflow_scripts/run_summary.py"
 
@@ -32,13 +32,13 @@ rule eval_summary:
     output:
         csv=layout.eval_summary("csv"),
         markdown=layout.eval_summary("md"),
-    params:
-        preset=config["preset"],
     log:
         layout.log_path("report/eval_summary"),
     benchmark:
-        layout.bench_path("report/eval_summary"),
+        layout.bench_path("report/eval_summary")
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        preset=config["preset"],
     script:
         "../workflow_scripts/eval_summary.py"

@@ -11,14 +11,14 @@ rule study_table:
         md=report(layout.study_table(fmt="md"), category="Tables", subcategory="{study}"),
         csv=layout.study_table(fmt="csv"),
         tex=layout.study_table(fmt="tex"),
-    params:
-        config=lambda wc: study_config(config, wc.study),
     log:
         layout.log_path("tables/{study}"),
     benchmark:
         layout.bench_path("tables/{study}")
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        config=lambda wc: study_config(config, wc.study),
     script:
         "../workflow_scripts/study_table.py"
 
@@ -30,15 +30,15 @@ rule study_figure:
     output:
         pdf=layout.study_figure(fmt="pdf"),
         png=report(layout.study_figure(fmt="png"), category="Figures", subcategory="{figpath}"),
-    params:
-        study=lambda wc: FIGURES[wc.figpath],
-        config=lambda wc: study_config(config, FIGURES[wc.figpath]),
     log:
         layout.log_path("figures/{figpath}"),
     benchmark:
         layout.bench_path("figures/{figpath}")
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        study=lambda wc: FIGURES[wc.figpath],
+        config=lambda wc: study_config(config, FIGURES[wc.figpath]),
     script:
         "../workflow_scripts/study_figure.py"
 
@@ -58,15 +58,18 @@ rule armap_report:
         gamma_png=report(layout.armap_figure("gamma", "png"), category="Figures", subcategory="armap"),
         shadow_pdf=layout.armap_figure("shadowing", "pdf"),
         shadow_png=report(layout.armap_figure("shadowing", "png"), category="Figures", subcategory="armap"),
-    params:
-        config=lambda wc: {k: config[k] for k in ("preset", "armap", "runs", "training", "models", "seed", "eval",
-                                                  "methods") if k in config},
     log:
         layout.log_path("tables/armap"),
     benchmark:
         layout.bench_path("tables/armap")
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        config=lambda wc: {
+            k: config[k]
+            for k in ("preset", "armap", "runs", "training", "models", "seed", "eval", "methods")
+            if k in config
+        },
     script:
         "../workflow_scripts/armap_report.py"
 
@@ -81,14 +84,17 @@ rule claims:
         csv=layout.claims_file("csv"),
         by_step_pdf=report(layout.claims_by_step_figure("pdf"), category="Claims"),
         by_step_png=layout.claims_by_step_figure("png"),
-    params:
-        config=lambda wc: {k: config[k] for k in ("preset", "armap", "runs", "training", "models", "seed", "eval",
-                                                  "studies", "claims", "methods") if k in config},
     log:
         layout.log_path("tables/claims"),
     benchmark:
         layout.bench_path("tables/claims")
     conda:
         "../envs/ar2dlm.yaml"
+    params:
+        config=lambda wc: {
+            k: config[k]
+            for k in ("preset", "armap", "runs", "training", "models", "seed", "eval", "studies", "claims", "methods")
+            if k in config
+        },
     script:
         "../workflow_scripts/claims.py"

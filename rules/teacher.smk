@@ -8,17 +8,17 @@ rule teacher:
     output:
         model=directory(layout.teacher_dir()),
         loss_log=layout.teacher_loss_log(),
+    log:
+        layout.log_path("teacher/{model}"),
+    benchmark:
+        layout.bench_path("teacher/{model}")
+    conda:
+        "../envs/ar2dlm.yaml"
+    threads: 8
     params:
         model_cfg=lambda wc: config["models"][wc.model],
         seed=config["seed"],
         preset=config["preset"],
-    threads: 8
-    log:
-        layout.log_path("teacher/{model}"),
-    benchmark:
-        layout.bench_path("teacher/{model}"),
-    conda:
-        "../envs/ar2dlm.yaml"
     script:
         "../workflow_scripts/teacher.py"
 
@@ -31,14 +31,14 @@ rule eval_teacher_code:
         math_eval=layout.suite_file("math", "eval"),
     output:
         layout.teacher_check_path(),
-    params:
-        cfg=config["eval"]["teacher_code"],
-    threads: 8
     log:
         layout.log_path("eval/teacher_check_{model}"),
     benchmark:
-        layout.bench_path("eval/teacher_check_{model}"),
+        layout.bench_path("eval/teacher_check_{model}")
     conda:
         "../envs/ar2dlm.yaml"
+    threads: 8
+    params:
+        cfg=config["eval"]["teacher_code"],
     script:
         "../workflow_scripts/eval_teacher.py"

@@ -35,8 +35,9 @@ def dry_run(tmp_path, standin_hub):
     """Dry-run all_tables with a config (a dict merged over a preset), the stand-in hub as the hub
     cache; returns the finished process."""
 
-    def _run(config: dict | None = None, preset: str | None = "smoke", target: str = "all_tables",
-             printshell: bool = False):
+    def _run(
+        config: dict | None = None, preset: str | None = "smoke", target: str = "all_tables", printshell: bool = False
+    ):
         files = [str(REPO / "config" / "presets" / f"{preset}.yaml")] if preset else []
         if config is not None:
             path = tmp_path / "override.yaml"

@@ -59,7 +59,7 @@ class LocalSlurm:
         key = r / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
-        mem = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 20 * 0.8)
+        mem = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
         (r / "slurm.conf").write_text(f"""ClusterName=ar2dlm-test
 SlurmctldHost={self.host}
 SlurmctldPort={_free_port()}
@@ -97,18 +97,43 @@ PartitionName=cpu Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
         shutil.copy(r / "slurm.conf", DEFAULT_CONF)
         self.wrote_default = True
 
-    def start(self) -> "LocalSlurm":
+    def start(self) -> LocalSlurm:
         self._write_config()
         r = self.root
-        self.procs.append(subprocess.Popen(
-            ["munged", "--foreground", "--force", f"--key-file={r}/munge/munge.key", f"--socket={r}/munge/munge.socket",
-             f"--pid-file={r}/munge/munged.pid", f"--log-file={r}/log/munged.log", f"--seed-file={r}/munge/seed"],
-            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    "munged",
+                    "--foreground",
+                    "--force",
+                    f"--key-file={r}/munge/munge.key",
+                    f"--socket={r}/munge/munge.socket",
+                    f"--pid-file={r}/munge/munged.pid",
+                    f"--log-file={r}/log/munged.log",
+                    f"--seed-file={r}/munge/seed",
+                ],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )
+        )
         self._wait(lambda: (r / "munge" / "munge.socket").exists(), "munged")
-        self.procs.append(subprocess.Popen(["slurmctld", "-D", "-i", "-f", str(r / "slurm.conf")], env=self.env,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
-        self.procs.append(subprocess.Popen(["slurmd", "-D", "-f", str(r / "slurm.conf")], env=self.env,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        self.procs.append(
+            subprocess.Popen(
+                ["slurmctld", "-D", "-i", "-f", str(r / "slurm.conf")],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        self.procs.append(
+            subprocess.Popen(
+                ["slurmd", "-D", "-f", str(r / "slurm.conf")],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )
+        )
         self._wait(self._idle, "an idle SLURM node", timeout=60)
         return self
 

@@ -64,5 +64,6 @@ def merged_vector(tau: StateDict, merge: str, options: dict, seed: int = 0) -> S
 
 def spectra_table(tau_pref: StateDict, tau_diffusion: StateDict, top_k: int = 8) -> pd.DataFrame:
     """One row per 2-D weight matrix with both vectors' statistics and the shadowing ratio."""
-    return pd.DataFrame([spectra_row(name, t, tau_diffusion[name], top_k) for name, t in tau_pref.items()
-                         if t.dim() == 2])
+    return pd.DataFrame(
+        [spectra_row(name, t, tau_diffusion[name], top_k) for name, t in tau_pref.items() if t.dim() == 2]
+    )

@@ -9,14 +9,23 @@ from ar2dlm.core.models import CheckpointError, FolderWeights, build_qwen3, load
 from ar2dlm.training.teacher import ar_conventions
 from tests.reference_armap import add_scaled, dare, merged_vector, spectra_table, task_vector, ties, trim
 
-ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "max_position_embeddings": 256}
+ARCH = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 256,
+}
 
 
 def _sd(seed, shape=(16, 24)):
     g = torch.Generator().manual_seed(seed)
-    return {"a.weight": torch.randn(shape, generator=g), "b.bias": torch.randn(shape[0], generator=g),
-            "step": torch.tensor(3)}
+    return {
+        "a.weight": torch.randn(shape, generator=g),
+        "b.bias": torch.randn(shape[0], generator=g),
+        "step": torch.tensor(3),
+    }
 
 
 def test_task_vector_of_identical_models_is_zero_and_gamma_zero_is_the_base():
@@ -70,8 +79,9 @@ def test_matrix_stats_of_known_spectra():
     assert rank1["spectral_norm"] == pytest.approx(rank1["frobenius_norm"], rel=1e-4)
     eye = matrix_stats(torch.eye(10))
     assert eye["effective_rank"] == pytest.approx(10.0, rel=1e-4) and eye["top8_energy"] == pytest.approx(0.8)
-    table = spectra_table({"model.layers.1.mlp.up_proj.weight": torch.eye(4)},
-                          {"model.layers.1.mlp.up_proj.weight": 3 * torch.eye(4)})
+    table = spectra_table(
+        {"model.layers.1.mlp.up_proj.weight": torch.eye(4)}, {"model.layers.1.mlp.up_proj.weight": 3 * torch.eye(4)}
+    )
     row = table.iloc[0]
     assert row["layer"] == 1 and row["module"] == "up_proj" and row["module_type"] == "mlp"
     assert row["shadowing_ratio"] == pytest.approx(3.0)
@@ -90,8 +100,12 @@ def models(smoke_tokenizer, tmp_path_factory):
             p.add_(0.02 * torch.randn_like(p))
     save_model(ar, tok, root / "dpo", {**ar_conventions(tok), "method": "test"})
     dlm = build_qwen3(dict(ARCH, init_seed=2), tok)
-    save_model(dlm, tok, root / "dlm", {**ar_conventions(tok), "attention": "block", "shift": False, "block_size": 4,
-                                        "method": "test"})
+    save_model(
+        dlm,
+        tok,
+        root / "dlm",
+        {**ar_conventions(tok), "attention": "block", "shift": False, "block_size": 4, "method": "test"},
+    )
     return root
 
 
@@ -105,24 +119,46 @@ def _pairs(n):
 
 def test_gamma_search_uses_common_random_numbers_and_writes_a_decodable_dlm(models, tmp_path):
     from ar2dlm.armap.pipeline import search
-    from ar2dlm.provenance import read_json
     from ar2dlm.core.sampling import generate
+    from ar2dlm.provenance import read_json
 
     cfg = {"grid": [0, 1, 3], "beta": 0.1, "elbo_samples": 2, "batch_size": 32, "merges": {"task_arithmetic": {}}}
     rows = _pairs(12)
-    a = search(models / "ar", models / "dpo", models / "dlm", rows, cfg, "task_arithmetic", tmp_path / "a.json",
-               tmp_path / "merged", seed=0)
-    b = search(models / "ar", models / "dpo", models / "dlm", rows, cfg, "task_arithmetic", tmp_path / "b.json",
-               tmp_path / "merged_b", seed=0)
+    a = search(
+        models / "ar",
+        models / "dpo",
+        models / "dlm",
+        rows,
+        cfg,
+        "task_arithmetic",
+        tmp_path / "a.json",
+        tmp_path / "merged",
+        seed=0,
+    )
+    b = search(
+        models / "ar",
+        models / "dpo",
+        models / "dlm",
+        rows,
+        cfg,
+        "task_arithmetic",
+        tmp_path / "b.json",
+        tmp_path / "merged_b",
+        seed=0,
+    )
     # gamma 0 is the reference itself: with shared masks every margin is exactly zero
     assert a["curve"][0]["reward_accuracy"] == 0.0
     assert [r["reward_accuracy"] for r in a["curve"]] == [r["reward_accuracy"] for r in b["curve"]]
     assert read_json(tmp_path / "a.json")["gamma_hat"] == a["gamma_hat"] in cfg["grid"]
     model, tok, conv, info = load_model(tmp_path / "merged")
-    assert info["attention"] == "block" and info["gamma"] == a["gamma_hat"] and info["method"] == "armap_task_arithmetic"
-    expected = add_scaled(load_model(models / "dlm").model.state_dict(),
-                          task_vector(load_model(models / "dpo").model.state_dict(), load_model(models / "ar").model.state_dict()),
-                          a["gamma_hat"])
+    assert (
+        info["attention"] == "block" and info["gamma"] == a["gamma_hat"] and info["method"] == "armap_task_arithmetic"
+    )
+    expected = add_scaled(
+        load_model(models / "dlm").model.state_dict(),
+        task_vector(load_model(models / "dpo").model.state_dict(), load_model(models / "ar").model.state_dict()),
+        a["gamma_hat"],
+    )
     assert all(torch.allclose(model.state_dict()[k], expected[k], atol=1e-6) for k in expected)
     outs, stats = generate(model, tok, conv, [tok("Question:")["input_ids"]], 8)
     assert stats["decoder"] == "dlm" and stats["block_size"] == 4
@@ -163,8 +199,17 @@ def test_dlm_dpo_learns_its_training_pairs(models, tmp_path, lora):
     from ar2dlm.armap.dpo import train_dpo
 
     rows = _pairs(16)
-    cfg = {"beta": 0.5, "steps": 30, "lr": 3e-3, "batch_size": 8, "grad_accum": 2, "max_length": 128,
-           "elbo_samples": 4, "eval_elbo_samples": 4, "lora": lora}
+    cfg = {
+        "beta": 0.5,
+        "steps": 30,
+        "lr": 3e-3,
+        "batch_size": 8,
+        "grad_accum": 2,
+        "max_length": 128,
+        "elbo_samples": 4,
+        "eval_elbo_samples": 4,
+        "lora": lora,
+    }
     info = train_dpo(models / "dlm", rows, rows, tmp_path / "dpo", cfg, seed=0, domains=["math"])
     assert info["reward_accuracy_before"] == 0.0 and info["reward_accuracy"] > 0.6
     losses = [r["loss"] for r in info["log"] if "loss" in r]  # TRL's log, every 10 steps
@@ -209,8 +254,23 @@ def test_folder_weights_name_missing_and_mismatched_weights(models, smoke_tokeni
 def test_a_preference_job_names_the_domain_of_each_file(tmp_path, capsys):
     from ar2dlm.armap.dpo_run import main
 
-    args = ["--model", str(tmp_path), "--train", "a.jsonl", "b.jsonl", "--domains", "math", "--eval", "e.jsonl",
-            "--settings", "{}", "--seed", "0", "--out", str(tmp_path / "out")]
+    args = [
+        "--model",
+        str(tmp_path),
+        "--train",
+        "a.jsonl",
+        "b.jsonl",
+        "--domains",
+        "math",
+        "--eval",
+        "e.jsonl",
+        "--settings",
+        "{}",
+        "--seed",
+        "0",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     with pytest.raises(SystemExit):
         main(args)
     assert "--domains names 1 domains for 2 --train files" in capsys.readouterr().err
@@ -233,12 +293,43 @@ def test_full_dpo_sharded_over_two_processes_learns_like_one(models, tmp_path, k
     rows = _pairs(40)
     write_jsonl(tmp_path / "train.jsonl", rows[:32])
     write_jsonl(tmp_path / "eval.jsonl", rows[32:] if kind == "ar" else rows[:16])
-    cfg = {"beta": 0.1 if kind == "ar" else 0.5, "steps": 12, "lr": 3e-3, "batch_size": 8, "grad_accum": 2,
-           "max_length": 128, "train_pairs": None, "eval_pairs": None, "elbo_samples": 2, "eval_elbo_samples": 4}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "ar2dlm.armap.dpo_run", "--model", str(models / kind), "--train", str(tmp_path / "train.jsonl"),
-           "--domains", "math", "--eval", str(tmp_path / "eval.jsonl"), "--settings", json.dumps(cfg), "--seed", "0",
-           "--out", str(tmp_path / "two"), "--launch", json.dumps({"shard_teacher": True})]
+    cfg = {
+        "beta": 0.1 if kind == "ar" else 0.5,
+        "steps": 12,
+        "lr": 3e-3,
+        "batch_size": 8,
+        "grad_accum": 2,
+        "max_length": 128,
+        "train_pairs": None,
+        "eval_pairs": None,
+        "elbo_samples": 2,
+        "eval_elbo_samples": 4,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "ar2dlm.armap.dpo_run",
+        "--model",
+        str(models / kind),
+        "--train",
+        str(tmp_path / "train.jsonl"),
+        "--domains",
+        "math",
+        "--eval",
+        str(tmp_path / "eval.jsonl"),
+        "--settings",
+        json.dumps(cfg),
+        "--seed",
+        "0",
+        "--out",
+        str(tmp_path / "two"),
+        "--launch",
+        json.dumps({"shard_teacher": True}),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     two = load_model(tmp_path / "two").info
@@ -257,7 +348,8 @@ def test_pairs_are_cut_as_trls_dpo_collator_cuts_them(smoke_tokenizer):
     preparation does."""
     from trl.trainer.dpo_trainer import DataCollatorForPreference
 
-    from ar2dlm.armap.gamma import _pairs as encoded_and_cut, scorable
+    from ar2dlm.armap.gamma import _pairs as encoded_and_cut
+    from ar2dlm.armap.gamma import scorable
     from ar2dlm.data.tokenization import encode_pair
 
     tok, _ = smoke_tokenizer
@@ -326,26 +418,46 @@ def _dpo_cli(models, tmp_path, out, cfg, *, launch=None, kill_at=None):
     rows = _pairs(16)
     write_jsonl(tmp_path / "train.jsonl", rows[:12])
     write_jsonl(tmp_path / "eval.jsonl", rows[12:])
-    args = ["--model", str(models / "dlm"), "--train", str(tmp_path / "train.jsonl"),
-            "--eval", str(tmp_path / "eval.jsonl"), "--settings", json.dumps(cfg), "--seed", "0", "--out", str(out),
-            "--launch", json.dumps(launch or {})]
-    script = ("import os, signal, sys\n"
-              "from transformers import TrainerCallback\n"
-              "import ar2dlm.armap.dpo as dpo\n"
-              "from ar2dlm.armap.dpo_run import main\n"
-              "class Kill(TrainerCallback):\n"
-              "    def on_step_end(self, args, state, control, **kwargs):\n"
-              "        if state.global_step == int(sys.argv[1]):\n"
-              "            os.kill(os.getpid(), signal.SIGKILL)\n"
-              "make = dpo.make_trainer\n"
-              "def make_trainer(*a, **k):\n"
-              "    trainer = make(*a, **k)\n"
-              "    trainer.add_callback(Kill())\n"
-              "    return trainer\n"
-              "dpo.make_trainer = make_trainer\n"
-              "main(sys.argv[2:])\n")
-    return subprocess.run([sys.executable, "-c", script, str(kill_at or -1), *args], capture_output=True, text=True,
-                          timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    args = [
+        "--model",
+        str(models / "dlm"),
+        "--train",
+        str(tmp_path / "train.jsonl"),
+        "--eval",
+        str(tmp_path / "eval.jsonl"),
+        "--settings",
+        json.dumps(cfg),
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+        "--launch",
+        json.dumps(launch or {}),
+    ]
+    script = (
+        "import os, signal, sys\n"
+        "from transformers import TrainerCallback\n"
+        "import ar2dlm.armap.dpo as dpo\n"
+        "from ar2dlm.armap.dpo_run import main\n"
+        "class Kill(TrainerCallback):\n"
+        "    def on_step_end(self, args, state, control, **kwargs):\n"
+        "        if state.global_step == int(sys.argv[1]):\n"
+        "            os.kill(os.getpid(), signal.SIGKILL)\n"
+        "make = dpo.make_trainer\n"
+        "def make_trainer(*a, **k):\n"
+        "    trainer = make(*a, **k)\n"
+        "    trainer.add_callback(Kill())\n"
+        "    return trainer\n"
+        "dpo.make_trainer = make_trainer\n"
+        "main(sys.argv[2:])\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script, str(kill_at or -1), *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
 
 
 def test_dlm_dpo_killed_or_stopped_resumes_from_its_last_checkpoint_to_the_uninterrupted_weights(models, tmp_path):
@@ -355,9 +467,20 @@ def test_dlm_dpo_killed_or_stopped_resumes_from_its_last_checkpoint_to_the_unint
     an earlier result stays whole until the run completes."""
     from ar2dlm.provenance import read_json
 
-    cfg = {"beta": 0.5, "steps": 6, "lr": 3e-3, "batch_size": 4, "grad_accum": 2, "max_length": 64, "train_pairs": None,
-           "eval_pairs": None, "elbo_samples": 1, "eval_elbo_samples": 2, "checkpoint_every": 2,
-           "lora": {"r": 4, "alpha": 8, "dropout": 0.1}}
+    cfg = {
+        "beta": 0.5,
+        "steps": 6,
+        "lr": 3e-3,
+        "batch_size": 4,
+        "grad_accum": 2,
+        "max_length": 64,
+        "train_pairs": None,
+        "eval_pairs": None,
+        "elbo_samples": 1,
+        "eval_elbo_samples": 2,
+        "checkpoint_every": 2,
+        "lora": {"r": 4, "alpha": 8, "dropout": 0.1},
+    }
     out, work = tmp_path / "resumed", tmp_path / "resumed.train"
     out.mkdir()
     (out / "earlier_result").write_text("kept until the run completes")

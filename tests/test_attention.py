@@ -10,8 +10,16 @@ from ar2dlm.core.attention import attention_mask, block_ids, position_ids, two_c
 @pytest.fixture(params=["sdpa", "eager"])
 def model(request):
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=8, max_position_embeddings=128)
+    cfg = Qwen3Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+    )
     m = Qwen3ForCausalLM(cfg).eval()
     m.set_attn_implementation(request.param)
     return m
@@ -83,8 +91,9 @@ def test_two_copy_layout_equals_clean_prefix_plus_noisy_block(model):
         sel = (blocks == b).nonzero().flatten()
         start, end = int(sel[0]), int(sel[-1]) + 1
         direct_ids = torch.cat([clean[:, :start], noisy[:, start:end]], 1)
-        direct = logits(model, direct_ids, attention_mask("block", torch.ones_like(direct_ids), prompt_lens=plen,
-                                                           block_size=bs))
+        direct = logits(
+            model, direct_ids, attention_mask("block", torch.ones_like(direct_ids), prompt_lens=plen, block_size=bs)
+        )
         torch.testing.assert_close(out[:, start:end], direct[:, start:end], atol=1e-5, rtol=1e-5)
 
 
@@ -92,8 +101,16 @@ def test_flex_block_mask_matches_dense_two_copy_layout():
     """The flex attention BlockMask route (GPU) gives the dense route's outputs; run here on CPU
     under no_grad, where flex attention supports the forward pass."""
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=8, max_position_embeddings=128)
+    cfg = Qwen3Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+    )
     m = Qwen3ForCausalLM(cfg).eval()
     clean = torch.randint(0, 60, (2, 16))
     noisy = torch.where(torch.rand(2, 16) < 0.5, torch.full_like(clean, 63), clean)

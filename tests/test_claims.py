@@ -24,16 +24,31 @@ def _write_results(config: dict, score) -> None:
 
 
 def _claim(**keys) -> dict:
-    return {"paper": "REPR-ALIGN", "text": "alignment helps", "study": "repr_align/code", "run": "ra",
-            "against": "mdlm", "benchmark": "synthetic_code", "metric": "base_pass@1", "direction": "greater", **keys}
+    return {
+        "paper": "REPR-ALIGN",
+        "text": "alignment helps",
+        "study": "repr_align/code",
+        "run": "ra",
+        "against": "mdlm",
+        "benchmark": "synthetic_code",
+        "metric": "base_pass@1",
+        "direction": "greater",
+        **keys,
+    }
 
 
 def _scores(bench, run, seed, metric):
     """ra beats mdlm on base pass@1 by 0.2 and loses to it by 0.2 on plus pass@1; the teacher scores 0.8."""
     if run == "teacher":
         return 0.8
-    own = {("ra", "base_pass@1"): 0.7, ("mdlm", "base_pass@1"): 0.5, ("ra", "plus_pass@1"): 0.4,
-           ("mdlm", "plus_pass@1"): 0.6, ("ra", "base_pass@10"): 0.3, ("mdlm", "base_pass@10"): 0.9}
+    own = {
+        ("ra", "base_pass@1"): 0.7,
+        ("mdlm", "base_pass@1"): 0.5,
+        ("ra", "plus_pass@1"): 0.4,
+        ("mdlm", "plus_pass@1"): 0.6,
+        ("ra", "base_pass@10"): 0.3,
+        ("mdlm", "base_pass@10"): 0.9,
+    }
     return own.get((run, metric), 0.5) + 0.01 * seed
 
 
@@ -51,10 +66,13 @@ def test_a_claim_reads_the_runs_metric_direction_and_margin_its_config_names(tin
     from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.reporting.claims import evaluate_claims
 
-    tiny["claims"]["judged"] = {"base": _claim(), "plus": _claim(metric="plus_pass@1"),
-                                "plus_not_worse": _claim(metric="plus_pass@1", direction="not_worse"),
-                                "plus_within_margin": _claim(metric="plus_pass@1", direction="not_worse", margin=0.25),
-                                "vs_teacher": _claim(against="teacher")}
+    tiny["claims"]["judged"] = {
+        "base": _claim(),
+        "plus": _claim(metric="plus_pass@1"),
+        "plus_not_worse": _claim(metric="plus_pass@1", direction="not_worse"),
+        "plus_within_margin": _claim(metric="plus_pass@1", direction="not_worse", margin=0.25),
+        "vs_teacher": _claim(against="teacher"),
+    }
     check_claims(tiny)
     _write_results(tiny, _scores)
     df = evaluate_claims(tiny)[0].set_index("id")
@@ -78,7 +96,9 @@ def test_a_pass_at_10_claim_is_a_config_edit(tiny):
     check_claims(tiny)
     _write_results(tiny, _scores)
     row = evaluate_claims(tiny)[0].iloc[0]
-    assert row["measure"] == "synthetic_code_sampled base_pass@10: ra minus mdlm" and row["effect"] == pytest.approx(-0.6)
+    assert row["measure"] == "synthetic_code_sampled base_pass@10: ra minus mdlm" and row["effect"] == pytest.approx(
+        -0.6
+    )
     tiny["claims"]["judged"]["pass10"]["benchmark"] = "synthetic_code"  # greedy: one sample per task
     with pytest.raises(ConfigError, match=r"claims\.judged\.pass10\.metric.*needs at least 10 samples"):
         check_claims(tiny)

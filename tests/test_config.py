@@ -1,6 +1,7 @@
 """The DAG builds for every preset; bad configs fail at DAG build time naming the key."""
 
 import json
+
 import pytest
 import yaml
 
@@ -24,31 +25,60 @@ def test_paper_dry_run_lists_every_model(dry_run):
         assert f"results/eval/humaneval_plus/{model}/teacher.json" in proc.stdout
     assert "results/data/preferences/helpful/train.jsonl" in proc.stdout
     assert "results/data/prompts/general.jsonl" in proc.stdout  # OPDLM's rollout prompts
-    for job in ("qwen3_0_6b/ra/seed0", "qwen3_4b/ra/seed0", "qwen3_8b/opd/seed0", "qwen3_8b/ed/seed0",
-                "qwen3_4b/ed_long/seed0", "qwen3_0_6b/ra_freeze/seed0"):
+    for job in (
+        "qwen3_0_6b/ra/seed0",
+        "qwen3_4b/ra/seed0",
+        "qwen3_8b/opd/seed0",
+        "qwen3_8b/ed/seed0",
+        "qwen3_4b/ed_long/seed0",
+        "qwen3_0_6b/ra_freeze/seed0",
+    ):
         assert f"results/models/{job}/train.json" in proc.stdout
-    for ev in ("humaneval_plus/qwen3_0_6b/ra/seed0/step_200000", "mbpp_plus/qwen3_1_7b/mdlm/seed0/step_200000",
-               "humaneval_plus/qwen3_4b/scratch/seed0/step_10000",  # adaptation: every checkpoint
-               "aime24/qwen3_8b/opd/seed0/step_1000", "gpqa_diamond/qwen3_4b/ed_bidir/seed0/step_19000",
-               "mteb/qwen3_4b/ed_bidir/seed0/step_19000", "code_throughput/qwen3_8b/opd/seed0/step_1000"):
+    for ev in (
+        "humaneval_plus/qwen3_0_6b/ra/seed0/step_200000",
+        "mbpp_plus/qwen3_1_7b/mdlm/seed0/step_200000",
+        "humaneval_plus/qwen3_4b/scratch/seed0/step_10000",  # adaptation: every checkpoint
+        "aime24/qwen3_8b/opd/seed0/step_1000",
+        "gpqa_diamond/qwen3_4b/ed_bidir/seed0/step_19000",
+        "mteb/qwen3_4b/ed_bidir/seed0/step_19000",
+        "code_throughput/qwen3_8b/opd/seed0/step_1000",
+    ):
         assert f"results/eval/{ev}.json" in proc.stdout
     assert "results/data/benchmarks/mbpp_plus.jsonl" in proc.stdout
-    for out in ("models/qwen3_8b/teacher_dpo/helpful", "models/qwen3_8b/teacher_dpo/all",
-                "armap/qwen3_8b/ed/seed0/helpful/ties/gamma.json", "armap/qwen3_4b/ed/seed0/math/spectra.csv",
-                "models/qwen3_8b/ed/seed0/dlm_dpo/math", "eval/aime24/qwen3_8b/ed/seed0/armap_math_dare.json"):
+    for out in (
+        "models/qwen3_8b/teacher_dpo/helpful",
+        "models/qwen3_8b/teacher_dpo/all",
+        "armap/qwen3_8b/ed/seed0/helpful/ties/gamma.json",
+        "armap/qwen3_4b/ed/seed0/math/spectra.csv",
+        "models/qwen3_8b/ed/seed0/dlm_dpo/math",
+        "eval/aime24/qwen3_8b/ed/seed0/armap_math_dare.json",
+    ):
         assert f"results/{out}" in proc.stdout, out
 
 
 def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     from tests.conftest import run_snakemake
 
-    proc = run_snakemake(["--profile", str(REPO / "slurm"), "-n", "all_tables", "--configfile",
-                          str(REPO / "config" / "presets" / "paper.yaml")], tmp_path, timeout=120, hub_cache=standin_hub)
+    proc = run_snakemake(
+        [
+            "--profile",
+            str(REPO / "slurm"),
+            "-n",
+            "all_tables",
+            "--configfile",
+            str(REPO / "config" / "presets" / "paper.yaml"),
+        ],
+        tmp_path,
+        timeout=120,
+        hub_cache=standin_hub,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     blocks = out.split("\n\n")
     convert = next(b for b in blocks if "rule convert:" in b and "qwen3_8b/opd/" in b)
-    assert "gpu=8" in convert and "cpus_per_gpu=8" in convert and "runtime=4320" in convert and "mem_mb=480000" in convert
+    assert (
+        "gpu=8" in convert and "cpus_per_gpu=8" in convert and "runtime=4320" in convert and "mem_mb=480000" in convert
+    )
     assert "--nproc_per_node=8" in convert
     # a 2-node job: one torchrun per node through srun, meeting by c10d rendezvous
     two_nodes = next(b for b in blocks if "rule convert:" in b and "qwen3_4b/ed/" in b)
@@ -95,8 +125,15 @@ def test_one_figure_builds_only_what_it_needs(dry_run):
     assert "rule study_figure" in jobs and "results/ablations/lambda.pdf" in jobs
     for run in ("mdlm", "ra_l1", "ra", "ra_l100"):
         assert f"results/models/tiny/{run}/seed0/train.json" in jobs
-    for unneeded in ("rule dpo_teacher", "rule gamma_search", "rule claims", "rule study_table", "opd/seed0",
-                     "ed/seed0", "rule preferences"):
+    for unneeded in (
+        "rule dpo_teacher",
+        "rule gamma_search",
+        "rule claims",
+        "rule study_table",
+        "opd/seed0",
+        "ed/seed0",
+        "rule preferences",
+    ):
         assert unneeded not in jobs, unneeded
 
 
@@ -128,88 +165,200 @@ BAD_CONFIGS = [
     ({"data": {"corpus": {"subset_tokens": 30000}}}, "data.corpus.subset_tokens", "larger than its source"),
     ({"data": {"preferences": {"n_eval": 100}}}, "data.preferences.n_eval", "larger than their source"),
     ({"eval": {"teacher_code": {"limit": 1000}}}, "eval.teacher_code.limit", "larger than their source"),
-    ({"data": {"code_suite": {"heldout_fraction": 0}}}, "data.code_suite.heldout_fraction", "less than or equal to the minimum of 0"),
+    (
+        {"data": {"code_suite": {"heldout_fraction": 0}}},
+        "data.code_suite.heldout_fraction",
+        "less than or equal to the minimum of 0",
+    ),
     ({"data": {"code_suite": {"n_eval": 0}}}, "data.code_suite.n_eval", "minimum"),
     ({"data": {"code_suite": {"heldout_fraction": 0.99}}}, "data.code_suite.heldout_fraction", "no training pairing"),
     ({"preset": "huge"}, "preset", "unknown preset"),
     ({"models": {"tiny": {"arch": {"num_attention_heads": 3}}}}, "models.tiny.arch.num_attention_heads", "must divide"),
     ({"models": {"tiny": {"pretrain": {"dtype": "fp8"}}}}, "models.tiny.pretrain.dtype", "fp8"),
-    ({"models": {"big": {"source": "hub", "hub_id": "Qwen/Qwen3-0.6B-Base", "model_path": "/nonexistent/qwen",
-                         "revision": None}}}, "models.big.model_path", "missing checkpoint"),
+    (
+        {
+            "models": {
+                "big": {
+                    "source": "hub",
+                    "hub_id": "Qwen/Qwen3-0.6B-Base",
+                    "model_path": "/nonexistent/qwen",
+                    "revision": None,
+                }
+            }
+        },
+        "models.big.model_path",
+        "missing checkpoint",
+    ),
     ({"models": {"big": {"source": "hub"}}}, "models.big", "hub_id"),
-    ({"data": {"preferences": {"domains": {"poetry": {"source": "synthetic"}}}}}, "data.preferences.domains.poetry",
-     "no synthetic preference domain"),
+    (
+        {"data": {"preferences": {"domains": {"poetry": {"source": "synthetic"}}}}},
+        "data.preferences.domains.poetry",
+        "no synthetic preference domain",
+    ),
     ({"runs": {"ed": {"method": "diffusion_magic"}}}, "runs.ed.method", "diffusion_magic"),
-    ({"runs": {"ed": {"block_size": 12}}}, "runs.ed.block_size", "block size 12 does not divide the sequence length 32"),
+    (
+        {"runs": {"ed": {"block_size": 12}}},
+        "runs.ed.block_size",
+        "block size 12 does not divide the sequence length 32",
+    ),
     ({"runs": {"ra": {"align": {"layers": [0, 7]}}}}, "runs.ra.align.layers", "layer 7 does not exist"),
     ({"runs": {"ra": {"align": {"metric": "kl"}}}}, "runs.ra.align.metric", "kl"),
     ({"runs": {"ra": {"freeze": ["embeddings", "brain"]}}}, "runs.ra.freeze.1", "brain"),
     ({"runs": {"ra": {"models": ["qwen9"]}}}, "runs.ra.models", "qwen9"),
-    ({"runs": {"opd_curriculum": {"distill": {"curriculum": {"min_length": 16, "max_length": 8}}}}},
-     "runs.opd_curriculum.distill.curriculum.min_length", "exceeds max_length"),
+    (
+        {"runs": {"opd_curriculum": {"distill": {"curriculum": {"min_length": 16, "max_length": 8}}}}},
+        "runs.opd_curriculum.distill.curriculum.min_length",
+        "exceeds max_length",
+    ),
     ({"runs": {"opd": {"distill": {"rollout_length": 6}}}}, "runs.opd.distill", "block size 4 does not divide"),
     ({"runs": {"opd": {"distill": {"on_policy": "off"}}}}, "runs.opd.distill.on_policy", "is not of type 'boolean'"),
     ({"studies": {"ablations/lambda": {"runs": ["ra", "ra_l1000"]}}}, "studies.ablations/lambda.runs", "ra_l1000"),
     ({"training": {"steps": 0}}, "training.steps", "minimum"),
     ({"runs": {"teacher": {"method": "mdlm"}}}, "runs.teacher", "names the AR teacher"),
     ({"runs": {"opd": {"distill": {"prompts": "poems"}}}}, "runs.opd.distill.prompts", "neither all, code, math"),
-    ({"data": {"prompt_sets": {"math": {"path": "json", "split": "train", "prompt_field": "q", "n": 5}}}},
-     "data.prompt_sets", "should not be valid under"),
-    ({"data": {"prompt_sets": {"qs": {"path": "json", "split": "train", "prompt_field": "q", "n": 5}}},
-      "runs": {"opd_off": {"distill": {"prompts": "qs"}}}}, "runs.opd_off.distill.on_policy", "no completion_field"),
+    (
+        {"data": {"prompt_sets": {"math": {"path": "json", "split": "train", "prompt_field": "q", "n": 5}}}},
+        "data.prompt_sets",
+        "should not be valid under",
+    ),
+    (
+        {
+            "data": {"prompt_sets": {"qs": {"path": "json", "split": "train", "prompt_field": "q", "n": 5}}},
+            "runs": {"opd_off": {"distill": {"prompts": "qs"}}},
+        },
+        "runs.opd_off.distill.on_policy",
+        "no completion_field",
+    ),
     ({"bench": {"ratio_length": 24}}, "bench.ratio_length", "not one of bench.lengths"),
     ({"studies": {"combined": {"evals": ["vibes"]}}}, "studies.combined.evals", "'vibes' is not a key of eval"),
-    ({"eval": {"benchmarks": {"synthetic_code": {"max_new_tokens": 12}}}}, "eval.benchmarks.synthetic_code.max_new_tokens",
-     "does not divide the generation length 12"),
-    ({"eval": {"benchmarks": {"arithmetic": {"limit": 17}}}}, "eval.benchmarks.arithmetic.limit", "larger than their source"),
-    ({"eval": {"benchmarks": {"synthetic_code_sampled": {"temperature": 0}}}},
-     "eval.benchmarks.synthetic_code_sampled.temperature", "need a temperature above 0"),
+    (
+        {"eval": {"benchmarks": {"synthetic_code": {"max_new_tokens": 12}}}},
+        "eval.benchmarks.synthetic_code.max_new_tokens",
+        "does not divide the generation length 12",
+    ),
+    (
+        {"eval": {"benchmarks": {"arithmetic": {"limit": 17}}}},
+        "eval.benchmarks.arithmetic.limit",
+        "larger than their source",
+    ),
+    (
+        {"eval": {"benchmarks": {"synthetic_code_sampled": {"temperature": 0}}}},
+        "eval.benchmarks.synthetic_code_sampled.temperature",
+        "need a temperature above 0",
+    ),
     ({"armap": {"domains": ["poetry"]}}, "armap.domains", "'poetry' is not a key of data.preferences.domains"),
     ({"armap": {"merges": {"ties": {"density": 1.5}}}}, "armap.merges.ties.density", "maximum"),
     ({"armap": {"merge_seeds": {"ties": [0, 4]}}}, "armap.merge_seeds.ties", "[4] not in armap.seeds"),
     ({"armap": {"merge_seeds": {"task_arithmetic": [0]}}}, "armap.merge_seeds.task_arithmetic", "every seed"),
     ({"armap": {"dlm_dpo_seeds": [0, 4]}}, "armap.dlm_dpo_seeds", "[4] not in armap.seeds"),
-    ({"studies": {"repr_align/code": {"run_seeds": {"ra_l1": [0]}}}}, "studies.repr_align/code.run_seeds",
-     "'ra_l1' is not one of the study's runs"),
+    (
+        {"studies": {"repr_align/code": {"run_seeds": {"ra_l1": [0]}}}},
+        "studies.repr_align/code.run_seeds",
+        "'ra_l1' is not one of the study's runs",
+    ),
     ({"tracking": {"backend": "comet"}}, "tracking.backend", "is not one of"),
-    ({"eval": {"benchmarks": {"arith_choice": {"local": False, "task": "arith_choise"}}}},
-     "eval.benchmarks.arith_choice.task", "'arith_choise' is not a task of the installed lm-eval"),
-    ({"eval": {"benchmarks": {"retrieval": {"tasks": ["docstring_retrieval", "SciFacts"]}}}},
-     "eval.benchmarks.retrieval.tasks", "'SciFacts' not a task of the installed mteb"),
+    (
+        {"eval": {"benchmarks": {"arith_choice": {"local": False, "task": "arith_choise"}}}},
+        "eval.benchmarks.arith_choice.task",
+        "'arith_choise' is not a task of the installed lm-eval",
+    ),
+    (
+        {"eval": {"benchmarks": {"retrieval": {"tasks": ["docstring_retrieval", "SciFacts"]}}}},
+        "eval.benchmarks.retrieval.tasks",
+        "'SciFacts' not a task of the installed mteb",
+    ),
     ({"armap": {"dpo": {"grad_accum": 3}}}, "armap.dpo.grad_accum", "3 micro-batches do not divide batch_size 4"),
     ({"studies": {"repr_align/code": {"seeds": [0, 0]}}}, "studies.repr_align/code.seeds", "non-unique elements"),
-    ({"studies": {"repr_align/code": {"runs": ["ra", "mdlm", "ra"]}}}, "studies.repr_align/code.runs",
-     "non-unique elements"),
+    (
+        {"studies": {"repr_align/code": {"runs": ["ra", "mdlm", "ra"]}}},
+        "studies.repr_align/code.runs",
+        "non-unique elements",
+    ),
     ({"armap": {"gamma": {"grid": [0, 1, 1, 2]}}}, "armap.gamma.grid", "non-unique elements"),
-    ({"runs": {"ed": {"training": {"grad_accum": 3}}}}, "runs.ed.training.grad_accum",
-     "run ed: 3 micro-batches do not divide batch_size 4"),
+    (
+        {"runs": {"ed": {"training": {"grad_accum": 3}}}},
+        "runs.ed.training.grad_accum",
+        "run ed: 3 micro-batches do not divide batch_size 4",
+    ),
     ({"training": {"grad_accum": 3}}, "training.grad_accum", "3 micro-batches do not divide batch_size 4"),
-    ({"runs": {"ed": {"training": {"warmup_steps": 100, "steps": 100}}}}, "runs.ed.training.warmup_steps",
-     "100 warm-up steps, not fewer than the run's 100 steps"),
-    ({"eval": {"benchmarks": {"mine": {"kind": "code", "source": "path", "format": "evalplus", "dataset": "humaneval",
-                                       "style": "body", "max_new_tokens": 16, "parallel": 1, "limit": None,
-                                       "n_samples": 1, "temperature": 0}}}}, "eval.benchmarks.mine", "'path' is a required"),
+    (
+        {"runs": {"ed": {"training": {"warmup_steps": 100, "steps": 100}}}},
+        "runs.ed.training.warmup_steps",
+        "100 warm-up steps, not fewer than the run's 100 steps",
+    ),
+    (
+        {
+            "eval": {
+                "benchmarks": {
+                    "mine": {
+                        "kind": "code",
+                        "source": "path",
+                        "format": "evalplus",
+                        "dataset": "humaneval",
+                        "style": "body",
+                        "max_new_tokens": 16,
+                        "parallel": 1,
+                        "limit": None,
+                        "n_samples": 1,
+                        "temperature": 0,
+                    }
+                }
+            }
+        },
+        "eval.benchmarks.mine",
+        "'path' is a required",
+    ),
     # claims (claims.judged): each names its study's runs, one of its benchmarks and a metric that benchmark writes
-    ({"claims": {"judged": {"align_beats_no_align": {"run": "rb"}}}}, "claims.judged.align_beats_no_align.run",
-     "'rb' is not one of the runs of studies.repr_align/code"),
-    ({"claims": {"judged": {"cosine_beats_l2": {"against": "ra_l1"}}}}, "claims.judged.cosine_beats_l2.against",
-     "'ra_l1' is neither teacher, best_other nor one of the runs of studies.repr_align/metric"),
-    ({"claims": {"judged": {"cosine_beats_l2": {"study": "repr_align/metrics"}}}}, "claims.judged.cosine_beats_l2.study",
-     "'repr_align/metrics' is not a key of studies"),
-    ({"claims": {"judged": {"cosine_beats_l2": {"benchmark": "arithmetic"}}}},
-     "claims.judged.cosine_beats_l2.benchmark", "'arithmetic' is not one of the evals of studies.repr_align/metric"),
-    ({"claims": {"judged": {"cosine_beats_l2": {"metric": "pass@1"}}}}, "claims.judged.cosine_beats_l2.metric",
-     "'pass@1' is not a metric of benchmark synthetic_code"),
-    ({"claims": {"judged": {"cosine_beats_l2": {"metric": "base_pass@10"}}}}, "claims.judged.cosine_beats_l2.metric",
-     "base_pass@10 needs at least 10 samples per task; eval.benchmarks.synthetic_code.n_samples is 1"),
-    ({"claims": {"judged": {"cosine_beats_l2": {"direction": "better"}}}}, "claims.judged.cosine_beats_l2.direction",
-     "'better' is not one of"),
-    ({"claims": {"judged": {"cosine_beats_l2": {"decoding": "lowest_threshold"}}}},
-     "claims.judged.cosine_beats_l2.decoding", "not one row per decoding setting"),
-    ({"claims": {"judged": {"new": {"paper": "X", "text": "t", "direction": "greater", "study": "combined"}}}},
-     "claims.judged.new", "'run' is a required property"),
-    ({"claims": {"judged": {"armap_gamma_above_one": {"armap": {"merge": "slerp"}}}}},
-     "claims.judged.armap_gamma_above_one.armap.merge", "'slerp' is not a key of armap.merges"),
+    (
+        {"claims": {"judged": {"align_beats_no_align": {"run": "rb"}}}},
+        "claims.judged.align_beats_no_align.run",
+        "'rb' is not one of the runs of studies.repr_align/code",
+    ),
+    (
+        {"claims": {"judged": {"cosine_beats_l2": {"against": "ra_l1"}}}},
+        "claims.judged.cosine_beats_l2.against",
+        "'ra_l1' is neither teacher, best_other nor one of the runs of studies.repr_align/metric",
+    ),
+    (
+        {"claims": {"judged": {"cosine_beats_l2": {"study": "repr_align/metrics"}}}},
+        "claims.judged.cosine_beats_l2.study",
+        "'repr_align/metrics' is not a key of studies",
+    ),
+    (
+        {"claims": {"judged": {"cosine_beats_l2": {"benchmark": "arithmetic"}}}},
+        "claims.judged.cosine_beats_l2.benchmark",
+        "'arithmetic' is not one of the evals of studies.repr_align/metric",
+    ),
+    (
+        {"claims": {"judged": {"cosine_beats_l2": {"metric": "pass@1"}}}},
+        "claims.judged.cosine_beats_l2.metric",
+        "'pass@1' is not a metric of benchmark synthetic_code",
+    ),
+    (
+        {"claims": {"judged": {"cosine_beats_l2": {"metric": "base_pass@10"}}}},
+        "claims.judged.cosine_beats_l2.metric",
+        "base_pass@10 needs at least 10 samples per task; eval.benchmarks.synthetic_code.n_samples is 1",
+    ),
+    (
+        {"claims": {"judged": {"cosine_beats_l2": {"direction": "better"}}}},
+        "claims.judged.cosine_beats_l2.direction",
+        "'better' is not one of",
+    ),
+    (
+        {"claims": {"judged": {"cosine_beats_l2": {"decoding": "lowest_threshold"}}}},
+        "claims.judged.cosine_beats_l2.decoding",
+        "not one row per decoding setting",
+    ),
+    (
+        {"claims": {"judged": {"new": {"paper": "X", "text": "t", "direction": "greater", "study": "combined"}}}},
+        "claims.judged.new",
+        "'run' is a required property",
+    ),
+    (
+        {"claims": {"judged": {"armap_gamma_above_one": {"armap": {"merge": "slerp"}}}}},
+        "claims.judged.armap_gamma_above_one.armap.merge",
+        "'slerp' is not a key of armap.merges",
+    ),
 ]
 
 
@@ -244,8 +393,9 @@ def test_lint_is_clean():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and "Congratulations" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
@@ -289,9 +439,9 @@ def test_smoke_covers_the_tiny_and_tiny_full_grid():
 
 def test_run_seeds_merge_seeds_and_dlm_dpo_seeds_narrow_the_jobs():
     from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.pipeline.jobs import armap_jobs, conversion_jobs, eval_jobs, study_seeds
     from ar2dlm.reporting.armap import armap_report_inputs
     from ar2dlm.reporting.claims import claim_inputs
-    from ar2dlm.pipeline.jobs import armap_jobs, conversion_jobs, eval_jobs, study_seeds
 
     cfg = merge_preset({"preset": "tiny_full"}, REPO / "config")
     spec = cfg["studies"]["repr_align/code"]
@@ -354,17 +504,45 @@ def test_empty_or_broken_local_data_files_are_named_at_dag_build(dry_run, tmp_pa
     empty, broken = tmp_path / "empty.jsonl", tmp_path / "broken.jsonl"
     empty.write_text("")
     broken.write_text('{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "d",\n')
-    bench = {"kind": "code", "source": "path", "format": "evalplus", "dataset": "humaneval", "style": "body",
-             "max_new_tokens": 16, "parallel": 1, "limit": None, "n_samples": 1, "temperature": 0}
-    prefs = {"source": "hub", "path": "json", "name": None, "train_split": "train", "eval_split": "train",
-             "prompt_field": "prompt", "chosen_field": "chosen", "rejected_field": "rejected"}
+    bench = {
+        "kind": "code",
+        "source": "path",
+        "format": "evalplus",
+        "dataset": "humaneval",
+        "style": "body",
+        "max_new_tokens": 16,
+        "parallel": 1,
+        "limit": None,
+        "n_samples": 1,
+        "temperature": 0,
+    }
+    prefs = {
+        "source": "hub",
+        "path": "json",
+        "name": None,
+        "train_split": "train",
+        "eval_split": "train",
+        "prompt_field": "prompt",
+        "chosen_field": "chosen",
+        "rejected_field": "rejected",
+    }
     for override, key, words in (
-            ({"eval": {"benchmarks": {"mine": {**bench, "path": str(empty)}}}}, "eval.benchmarks.mine.path",
-             f"{empty} is empty"),
-            ({"data": {"preferences": {"domains": {"helpful": {**prefs, "data_files": {"train": str(broken)}}}}}},
-             "data.preferences.domains.helpful.data_files", f"{broken}, line 2: not valid JSON"),
-            ({"data": {"preferences": {"domains": {"helpful": {**prefs, "data_files": str(tmp_path / "*.parquet")}}}}},
-             "data.preferences.domains.helpful.data_files", "matches no file")):
+        (
+            {"eval": {"benchmarks": {"mine": {**bench, "path": str(empty)}}}},
+            "eval.benchmarks.mine.path",
+            f"{empty} is empty",
+        ),
+        (
+            {"data": {"preferences": {"domains": {"helpful": {**prefs, "data_files": {"train": str(broken)}}}}}},
+            "data.preferences.domains.helpful.data_files",
+            f"{broken}, line 2: not valid JSON",
+        ),
+        (
+            {"data": {"preferences": {"domains": {"helpful": {**prefs, "data_files": str(tmp_path / "*.parquet")}}}}},
+            "data.preferences.domains.helpful.data_files",
+            "matches no file",
+        ),
+    ):
         proc = dry_run(override)
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0 and f"config key '{key}'" in out and words in out, out[-2000:]
@@ -375,7 +553,9 @@ def test_a_comparison_of_two_floors_or_two_ceilings_is_degenerate_not_a_verdict(
 
     zeros = judge([0.0, 0.0, 0.0], "greater", {"opd": 0.0, "opd_off": 0.0})
     assert zeros.verdict.startswith("degenerate (every run at the floor") and "opd 0.000" in zeros.verdict
-    assert judge([0.0, 0.01, 0.0], "not_worse", {"a": 0.97, "b": 0.99}).verdict.startswith("degenerate (every run at the ceiling")
+    assert judge([0.0, 0.01, 0.0], "not_worse", {"a": 0.97, "b": 0.99}).verdict.startswith(
+        "degenerate (every run at the ceiling"
+    )
     assert judge([0.2, 0.25, 0.3], "greater", {"a": 0.3, "b": 0.05}).verdict == "holds"
     assert judge([0.0, 0.0], "greater", {"a": 0.0, "b": 0.0}).verdict.startswith("inconclusive (fewer than 3 seeds)")
     assert judge([-0.1, -0.11, -0.12], "greater", None).verdict == "does not hold"  # no scores: AR-MAP's gamma claims
@@ -385,14 +565,18 @@ def test_an_inconclusive_claim_is_sized_by_the_seeds_that_would_decide_it():
     """At the measured effect and spread, the sized number of seeds decides the claim and one
     fewer does not (per-seed differences built with exactly that mean and standard deviation)."""
     import numpy as np
+
     from ar2dlm.reporting.claims import _sizing, judge, seeds_to_decide
 
     def differences(mean, sd, n):
         z = np.linspace(-1.0, 1.0, n)
         return list(mean + sd * (z - z.mean()) / z.std(ddof=1))
 
-    for mean, sd, test, decided in ((0.05, 0.1, "greater", "holds"), (-0.02, 0.05, "greater", "does not hold"),
-                                    (-0.03, 0.04, "not_worse", "does not hold")):
+    for mean, sd, test, decided in (
+        (0.05, 0.1, "greater", "holds"),
+        (-0.02, 0.05, "greater", "does not hold"),
+        (-0.03, 0.04, "not_worse", "does not hold"),
+    ):
         n = seeds_to_decide(mean, sd)
         assert n is not None and n > 3
         assert judge(differences(mean, sd, n), test).verdict == decided
@@ -450,12 +634,22 @@ def test_the_tiny_claims_read_benchmarks_the_tiny_teacher_can_do():
 
 
 def test_a_staged_run_waits_for_its_source_and_is_launched_from_its_final_checkpoint(dry_run):
-    proc = dry_run({"runs": {"opd_from_ed": {"method": "opdlm", "init": {"run": "ed"}, "distill": {"rollout_length": 8},
-                                             "training": {"steps": 4}}},
-                    "studies": {"staged": {"runs": ["opd_from_ed"], "evals": ["synthetic_code"], "seeds": [1]}}},
-                   target="results/models/tiny/opd_from_ed/seed1/train.json", printshell=True)
+    proc = dry_run(
+        {
+            "runs": {
+                "opd_from_ed": {
+                    "method": "opdlm",
+                    "init": {"run": "ed"},
+                    "distill": {"rollout_length": 8},
+                    "training": {"steps": 4},
+                }
+            },
+            "studies": {"staged": {"runs": ["opd_from_ed"], "evals": ["synthetic_code"], "seeds": [1]}},
+        },
+        target="results/models/tiny/opd_from_ed/seed1/train.json",
+        printshell=True,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "results/models/tiny/ed/seed1/train.json" in out  # the source run (same model and seed) comes first
     assert '--init-from "results/models/tiny/ed/seed1/train.json"' in out
-

@@ -27,6 +27,7 @@ def test_suites_are_deterministic_per_seed():
 def test_code_suite_format_and_heldout_pairings():
     train, held = generate_code_suite(600, 60, 0.2, seed=0)
     assert all(FIELDS <= set(t) for t in train + held)
+
     def adjacent(t):  # every pairing of neighbouring operations in a task
         return {(t["family"], a, b) for a, b in zip(t["ops"], t["ops"][1:])}
 
@@ -55,8 +56,9 @@ def test_preference_pairs_are_real_preferences():
     for p in pairs:
         t = by_id[p["source_id"]]
         inputs = t["base_input"] + t["plus_input"]
-        assert run_solution(p["prompt"] + p["chosen"], t["entry_point"], inputs) == \
-            run_solution(t["prompt"] + t["canonical_solution"], t["entry_point"], inputs)
+        assert run_solution(p["prompt"] + p["chosen"], t["entry_point"], inputs) == run_solution(
+            t["prompt"] + t["canonical_solution"], t["entry_point"], inputs
+        )
         try:
             wrong = run_solution(p["prompt"] + p["rejected"], t["entry_point"], inputs)
         except Exception:
@@ -124,13 +126,27 @@ def test_hub_preferences_from_local_ultrafeedback_style_file(tmp_path):
     def chat(prompt, answer):
         return [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
 
-    rows = [{"prompt": f"q{i}", "prompt_id": str(i), "chosen": chat(f"q{i}", f"good {i}"),
-             "rejected": chat(f"q{i}", f"bad {i}")} for i in range(20)]
+    rows = [
+        {
+            "prompt": f"q{i}",
+            "prompt_id": str(i),
+            "chosen": chat(f"q{i}", f"good {i}"),
+            "rejected": chat(f"q{i}", f"bad {i}"),
+        }
+        for i in range(20)
+    ]
     for split in ("train", "test"):
         (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = {"source": "hub", "path": "json", "data_files": {"train_prefs": str(tmp_path / "train.jsonl"),
-            "test_prefs": str(tmp_path / "test.jsonl")}, "train_split": "train_prefs", "eval_split": "test_prefs",
-            "prompt_field": "prompt", "chosen_field": "chosen", "rejected_field": "rejected"}
+    spec = {
+        "source": "hub",
+        "path": "json",
+        "data_files": {"train_prefs": str(tmp_path / "train.jsonl"), "test_prefs": str(tmp_path / "test.jsonl")},
+        "train_split": "train_prefs",
+        "eval_split": "test_prefs",
+        "prompt_field": "prompt",
+        "chosen_field": "chosen",
+        "rejected_field": "rejected",
+    }
     pairs = hub_preferences(spec, "train", 10, seed=0, domain="helpful")
     assert len(pairs) == 10
     for p in pairs:
@@ -149,10 +165,23 @@ def test_build_corpus_from_a_hub_source_on_local_files(smoke_tokenizer, tmp_path
     tok.save_pretrained(str(tmp_path / "tok"))
     src = tmp_path / "corpus.jsonl"
     src.write_text("".join(json.dumps({"text": d["prompt"] + d["completion"]}) + "\n" for d in docs))
-    cfg = {"seed": 0, "corpus": {"source": "hub", "stdlib_files": 0, "subset_tokens": 2000, "stream_tokens": 8000,
-                                 "materialize_stream": False,
-                                 "hub": {"path": "json", "data_files": str(src), "split": "train", "text_field": "text",
-                                         "shuffle_buffer": 64}}}
+    cfg = {
+        "seed": 0,
+        "corpus": {
+            "source": "hub",
+            "stdlib_files": 0,
+            "subset_tokens": 2000,
+            "stream_tokens": 8000,
+            "materialize_stream": False,
+            "hub": {
+                "path": "json",
+                "data_files": str(src),
+                "split": "train",
+                "text_field": "text",
+                "shuffle_buffer": 64,
+            },
+        },
+    }
     info = build_corpus(cfg, tmp_path / "tok", None, None, tmp_path / "manifest.json", tmp_path / "subset.jsonl")
     assert info["subset"]["tokens"] >= 2000 and info["stream"]["budget_tokens"] == 8000
     assert info["stream"]["path"] is None and not (tmp_path / "stream.jsonl").exists()
@@ -180,8 +209,15 @@ def test_prompt_set_from_a_local_file(tmp_path):
 
     src = tmp_path / "math.jsonl"
     src.write_text("".join(json.dumps({"problem": f"2 + {i}?", "solution": str(2 + i)}) + "\n" for i in range(30)))
-    spec = {"path": "json", "data_files": str(src), "split": "train", "prompt_field": "problem",
-            "completion_field": "solution", "shuffle_buffer": 8, "n": 12}
+    spec = {
+        "path": "json",
+        "data_files": str(src),
+        "split": "train",
+        "prompt_field": "problem",
+        "completion_field": "solution",
+        "shuffle_buffer": 8,
+        "n": 12,
+    }
     assert build_prompt_set("competition_math", spec, 0, tmp_path / "p.jsonl") == 12
     rows = read_jsonl(tmp_path / "p.jsonl")
     assert all(r["source"] == "competition_math" and r["completion"] == str(eval(r["prompt"][:-1])) for r in rows)

@@ -12,8 +12,8 @@ from datetime import timedelta
 import pytest
 import torch
 import torch.distributed as dist
-from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils._device import _device_constructors
+from torch.utils._pytree import tree_flatten, tree_map
 
 from ar2dlm.core.precision import resolve_dtype
 from ar2dlm.training import distributed, sharding
@@ -44,8 +44,10 @@ class OnGPU(torch.Tensor):
         leaves, _ = tree_flatten((args, kwargs or {}))
         gpus = {a.gpu for a in leaves if isinstance(a, OnGPU)}
         if len(gpus) > 1 or any(type(a) is torch.Tensor and a.dim() > 0 for a in leaves):  # CUDA takes CPU scalars only
-            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices "
-                               f"({', '.join(map(str, gpus))} and cpu) in {getattr(func, '__name__', func)}")
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices "
+                f"({', '.join(map(str, gpus))} and cpu) in {getattr(func, '__name__', func)}"
+            )
         args, kwargs = tree_map(lambda a: a.plain() if isinstance(a, OnGPU) else a, (args, kwargs or {}))
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
@@ -93,9 +95,14 @@ def strict_nccl(monkeypatch):
         fake.cuda("capability", str(d))
         return 9, 0
 
-    cuda = {"is_available": lambda: True, "device_count": lambda: 8, "set_device": set_device,
-            "current_device": lambda: fake.cuda("current_device") or (fake.current or torch.device("cuda:0")).index,
-            "get_device_capability": capability, "synchronize": lambda d=None: fake.cuda("synchronize", str(d))}
+    cuda = {
+        "is_available": lambda: True,
+        "device_count": lambda: 8,
+        "set_device": set_device,
+        "current_device": lambda: fake.cuda("current_device") or (fake.current or torch.device("cuda:0")).index,
+        "get_device_capability": capability,
+        "synchronize": lambda d=None: fake.cuda("synchronize", str(d)),
+    }
     for name, f in cuda.items():
         monkeypatch.setattr(torch.cuda, name, f)
 
@@ -108,6 +115,7 @@ def strict_nccl(monkeypatch):
                 return real(*args, device=device, **kwargs)
             fake.cuda("alloc", str(torch.device(device)))
             return OnGPU.of(real(*args, **kwargs), device)
+
         return create
 
     # ``with torch.device(...)`` (transformers loads models under ``torch.device("meta")``) matches
@@ -137,8 +145,10 @@ def strict_nccl(monkeypatch):
     def init_process_group(backend, device_id=None, timeout=None, **kw):
         fake.calls.append(("init", backend, str(device_id), timeout))
         if backend != "nccl" or device_id is None or torch.device(device_id) != fake.current:
-            raise RuntimeError(f"the NCCL group must be bound to the device set before it (set: {fake.current}, "
-                               f"bound: {device_id}, backend {backend})")
+            raise RuntimeError(
+                f"the NCCL group must be bound to the device set before it (set: {fake.current}, "
+                f"bound: {device_id}, backend {backend})"
+            )
         fake.bound, fake.initialized = torch.device(device_id), True
 
     def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
@@ -168,10 +178,15 @@ def strict_nccl(monkeypatch):
             raise RuntimeError(f"device mesh of {device_type} before the NCCL group")
         return ("mesh", device_type, tuple(shape))
 
-    for name, f in {"is_initialized": lambda: fake.initialized, "init_process_group": init_process_group,
-                    "all_reduce": all_reduce, "barrier": barrier, "all_gather_object": all_gather_object,
-                    "broadcast_object_list": broadcast_object_list,
-                    "destroy_process_group": destroy_process_group}.items():
+    for name, f in {
+        "is_initialized": lambda: fake.initialized,
+        "init_process_group": init_process_group,
+        "all_reduce": all_reduce,
+        "barrier": barrier,
+        "all_gather_object": all_gather_object,
+        "broadcast_object_list": broadcast_object_list,
+        "destroy_process_group": destroy_process_group,
+    }.items():
         monkeypatch.setattr(dist, name, f)
     monkeypatch.setattr(torch.distributed.device_mesh, "init_device_mesh", init_device_mesh)
     yield fake
@@ -291,16 +306,29 @@ def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_
         raise FirstMove
 
     tok, docs = smoke_tokenizer
-    arch = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-            "num_key_value_heads": 1, "max_position_embeddings": 256}
+    arch = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 256,
+    }
     save_model(build_qwen3(arch, tok), tok, tmp_path / "teacher", {**ar_conventions(tok), "method": "test"})
     write_jsonl(tmp_path / "corpus.jsonl", docs)
     run = resolve_run(merge_preset({"preset": "smoke"}, REPO / "config"), "ra")
     run["training"].update({"batch_size": 8, "grad_accum": 1, "seq_len": 64, "dtype": "auto"})
     monkeypatch.setattr(torch.nn.Module, "to", module_to)
     with pytest.raises(FirstMove):
-        train_run(run, tmp_path / "teacher", tmp_path / "corpus.jsonl", tmp_path / "out", seed=0, preset="smoke",
-                  model_name="tiny")
+        train_run(
+            run,
+            tmp_path / "teacher",
+            tmp_path / "corpus.jsonl",
+            tmp_path / "out",
+            seed=0,
+            preset="smoke",
+            model_name="tiny",
+        )
     kinds = strict_nccl.kinds()
     assert kinds.index("set_device") < kinds.index("init") < kinds.index("module.to") < kinds.index("destroy")
     assert ("module.to", f"cuda:{LOCAL_RANK}") in strict_nccl.calls

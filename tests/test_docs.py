@@ -52,8 +52,9 @@ def test_slug_follows_githubs_rule():
 
 def test_link_pattern_reads_links_and_images_but_not_code(tmp_path):
     page = tmp_path / "p.md"
-    page.write_text("See [a](x.md#h), ![img](d/i.png \"t\") and [`code` text](y.md).\n"
-                    "`[not](a.md)`\n```\n[not](b.md)\n```\n")
+    page.write_text(
+        'See [a](x.md#h), ![img](d/i.png "t") and [`code` text](y.md).\n`[not](a.md)`\n```\n[not](b.md)\n```\n'
+    )
     assert links(page) == ["x.md#h", "d/i.png", "y.md"]
 
 

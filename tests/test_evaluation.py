@@ -1,7 +1,6 @@
 """Evaluators: code scoring in both problem formats (synthetic and real HumanEval), pass@k, maths
 answer extraction, embeddings through mteb. The sandbox itself: test_sandbox.py."""
 
-
 import numpy as np
 import pytest
 
@@ -10,9 +9,17 @@ from ar2dlm.evaluation.code import pass_at_k, postprocess, read_problems, score_
 from ar2dlm.evaluation.problems import human_eval_file
 from ar2dlm.provenance import write_jsonl
 
-IDENT = {"task_id": "Toy/0", "prompt": 'def ident(x):\n    """Return x."""\n', "canonical_solution": "    return x\n",
-         "entry_point": "ident", "base_input": [[1], [2]], "plus_input": [[3]], "atol": 0, "contract": "",
-         "test": "def check(candidate):\n    assert candidate(1) == 1\n    assert candidate(3) == 3\n"}
+IDENT = {
+    "task_id": "Toy/0",
+    "prompt": 'def ident(x):\n    """Return x."""\n',
+    "canonical_solution": "    return x\n",
+    "entry_point": "ident",
+    "base_input": [[1], [2]],
+    "plus_input": [[3]],
+    "atol": 0,
+    "contract": "",
+    "test": "def check(candidate):\n    assert candidate(1) == 1\n    assert candidate(3) == 3\n",
+}
 
 
 def test_truncate_completion_and_pass_at_k():
@@ -56,33 +63,55 @@ def test_real_humaneval_canonical_solutions_pass_and_wrong_fail():
     problems = read_problems(human_eval_file())
     assert len(problems) == 164
     path = human_eval_file()
-    good = score_samples(path, [{"task_id": p["task_id"], "completion": p["canonical_solution"]} for p in problems],
-                         fmt="humaneval")
+    good = score_samples(
+        path, [{"task_id": p["task_id"], "completion": p["canonical_solution"]} for p in problems], fmt="humaneval"
+    )
     assert good["metrics"] == {"base_pass@1": 1.0}
-    wrong = score_samples(path, [{"task_id": p["task_id"], "completion": "    raise NotImplementedError\n"}
-                                 for p in problems[:20]], fmt="humaneval")
+    wrong = score_samples(
+        path,
+        [{"task_id": p["task_id"], "completion": "    raise NotImplementedError\n"} for p in problems[:20]],
+        fmt="humaneval",
+    )
     assert wrong["metrics"] == {"base_pass@1": 0.0}
 
 
-ARCH = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "max_position_embeddings": 256}
+ARCH = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 256,
+}
 
 
 @pytest.fixture(scope="module")
 def arith_teacher(smoke_tokenizer, tmp_path_factory):
     """A small causal model trained on the worked answers of 40 arithmetic questions."""
-    from ar2dlm.data.math_suite import generate_math_suite
     from ar2dlm.core.models import build_qwen3, save_model
-    from ar2dlm.training.teacher import ar_conventions
+    from ar2dlm.data.math_suite import generate_math_suite
     from ar2dlm.training.ar_pretrain import pack_documents, pretrain
+    from ar2dlm.training.teacher import ar_conventions
 
     tok, _ = smoke_tokenizer
     _, items = generate_math_suite(10, 40, seed=3)
     root = tmp_path_factory.mktemp("arith")
     model = build_qwen3(dict(ARCH, init_seed=0), tok)
     rows = pack_documents(items * 8, tok, 64, seed=0)
-    pretrain(model, rows, steps=150, batch_size=16, lr=3e-3, warmup_steps=10, weight_decay=0.0, grad_clip=1.0,
-             dtype="fp32", seed=0, log_path=root / "loss.csv", log_every=50)
+    pretrain(
+        model,
+        rows,
+        steps=150,
+        batch_size=16,
+        lr=3e-3,
+        warmup_steps=10,
+        weight_decay=0.0,
+        grad_clip=1.0,
+        dtype="fp32",
+        seed=0,
+        log_path=root / "loss.csv",
+        log_every=50,
+    )
     save_model(model, tok, root / "ar", {**ar_conventions(tok), "method": "test"})
     dlm = {**ar_conventions(tok), "attention": "block", "shift": False, "block_size": 4, "method": "test"}
     save_model(model, tok, root / "dlm", dlm)
@@ -120,7 +149,9 @@ def test_harness_loglikelihood_is_the_exact_ar_log_prob(arith_teacher):
             logp = torch.log_softmax(lm.model(input_ids=torch.tensor([ctx + cont])).logits[0].float(), -1)
         direct = sum(logp[len(ctx) - 1 + j, t].item() for j, t in enumerate(cont))
         assert score == pytest.approx(direct, abs=1e-3)
-    text = lm.generate_until([Instance("generate_until", {}, (items[0]["prompt"], {"until": ["."], "max_gen_toks": 24}), 0)])
+    text = lm.generate_until(
+        [Instance("generate_until", {}, (items[0]["prompt"], {"until": ["."], "max_gen_toks": 24}), 0)]
+    )
     assert "." not in text[0] and len(text[0]) > 0
 
 
@@ -134,10 +165,13 @@ def test_harness_generates_in_batches_as_it_does_one_by_one(arith_teacher):
     root, items = arith_teacher
     prompts = [it["prompt"] for it in items[:6]]
     for kind in ("ar", "dlm"):
+
         def run(batch_size, max_gen_toks, task_toks):
             lm = HarnessLM(str(root / kind), batch_size=batch_size, max_gen_toks=max_gen_toks, device="cpu")
-            reqs = [Instance("generate_until", {}, (p, {"until": ["\n\n"], "max_gen_toks": task_toks}), i)
-                    for i, p in enumerate(prompts)]
+            reqs = [
+                Instance("generate_until", {}, (p, {"until": ["\n\n"], "max_gen_toks": task_toks}), i)
+                for i, p in enumerate(prompts)
+            ]
             return lm, lm.generate_until(reqs)
 
         lm, batched = run(4, 16, 32768)
@@ -172,8 +206,8 @@ def test_maths_answer_extraction():
 
 
 def test_maths_exact_match_scores_generated_answers(arith_teacher):
-    from ar2dlm.evaluation.maths import evaluate_math, extract_answer
     from ar2dlm.core.models import load_model
+    from ar2dlm.evaluation.maths import evaluate_math, extract_answer
 
     root, items = arith_teacher
     model, tok, conv, _ = load_model(root / "ar")
@@ -184,8 +218,8 @@ def test_maths_exact_match_scores_generated_answers(arith_teacher):
 
 
 def test_embeddings_run_through_mteb_bidirectional_for_dlms(arith_teacher):
-    from ar2dlm.evaluation.embeddings import MeanPooledEncoder, docstring_retrieval_task, evaluate_embeddings
     from ar2dlm.core.models import load_model
+    from ar2dlm.evaluation.embeddings import MeanPooledEncoder, docstring_retrieval_task, evaluate_embeddings
 
     root, _ = arith_teacher
     _, held = generate_code_suite(10, 20, 0.2, seed=0)
@@ -202,9 +236,17 @@ def test_embeddings_run_through_mteb_bidirectional_for_dlms(arith_teacher):
 
 
 def test_mbpp_format_through_evalplus_with_extracted_functions(tmp_path):
-    task = {"task_id": "Mbpp/900", "prompt": '"""\nWrite a function that doubles x.\nassert double(2) == 4\n"""\n',
-            "entry_point": "double", "canonical_solution": "def double(x):\n    return 2 * x\n",
-            "base_input": [[1], [2]], "plus_input": [[5], [-3]], "atol": 0, "contract": "", "assertion": ""}
+    task = {
+        "task_id": "Mbpp/900",
+        "prompt": '"""\nWrite a function that doubles x.\nassert double(2) == 4\n"""\n',
+        "entry_point": "double",
+        "canonical_solution": "def double(x):\n    return 2 * x\n",
+        "base_input": [[1], [2]],
+        "plus_input": [[5], [-3]],
+        "atol": 0,
+        "contract": "",
+        "assertion": "",
+    }
     problems = tmp_path / "mbpp.jsonl"
     write_jsonl(problems, [task])
     good = postprocess(task, "Sure.\ndef double(x):\n    return x + x\n\nprint(double(3))\n", "function")
@@ -214,8 +256,8 @@ def test_mbpp_format_through_evalplus_with_extracted_functions(tmp_path):
 
 
 def test_benchmark_problems_sources(tmp_path, monkeypatch):
-    from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.evaluation.problems import benchmark_problems
+    from ar2dlm.pipeline.config import ConfigError
 
     _, held = generate_code_suite(10, 12, 0.2, seed=0)
     write_jsonl(tmp_path / "suite.jsonl", held)

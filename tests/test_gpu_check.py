@@ -15,9 +15,24 @@ import gpu_check  # noqa: E402
 
 def run_check(tmp_path, *args):
     out = tmp_path / "check.json"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--quick",
-                           "--out", str(out), "--budget-s", "1800", *args],
-                          capture_output=True, text=True, timeout=1800, env=gpu_check.subprocess_env())
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_check.py"),
+            "--device",
+            "cpu",
+            "--quick",
+            "--out",
+            str(out),
+            "--budget-s",
+            "1800",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=gpu_check.subprocess_env(),
+    )
     report = json.loads(out.read_text()) if out.exists() else None
     return proc, report
 
@@ -48,16 +63,20 @@ def test_a_perturbed_comparison_fails_the_script(tmp_path):
     assert f"FAILED: {check}" in proc.stdout
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--device", "cuda", "--inject-failure", "nothing"], None),
-    (["--device", "cpu", "--inject-failure", "no_such_check"], "no such check"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--device", "cuda", "--inject-failure", "nothing"], None),
+        (["--device", "cpu", "--inject-failure", "no_such_check"], "no such check"),
+    ],
+)
 def test_refuses_before_any_work(tmp_path, monkeypatch, capsys, argv, message):
     """A missing package (or CUDA device) and an unknown check stop it with exit 2, naming the problem."""
     for name in ("CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.setenv(name, "")  # main sets them; restored after the test
-    monkeypatch.setattr(gpu_check, "REQUIRED", gpu_check.REQUIRED + (("no_such_package_here",) if message is None
-                                                                      else ()))
+    monkeypatch.setattr(
+        gpu_check, "REQUIRED", gpu_check.REQUIRED + (("no_such_package_here",) if message is None else ())
+    )
     assert gpu_check.main([*argv, "--workdir", str(tmp_path / "w")]) == 2
     err = capsys.readouterr().err
     assert (message or "lacks no_such_package_here; this check installs nothing") in err

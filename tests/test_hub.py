@@ -32,12 +32,21 @@ def test_paper_assets_are_the_canonical_ids(paper):
 
     assets = {(a.repo_type, a.repo_id): a for a in hub_assets(paper)}
     assert set(assets) == {
-        ("model", "Qwen/Qwen3-0.6B-Base"), ("model", "Qwen/Qwen3-1.7B-Base"), ("model", "Qwen/Qwen3-4B-Base"),
-        ("model", "Qwen/Qwen3-8B-Base"), ("dataset", "OpenCoder-LLM/opc-fineweb-code-corpus"),
-        ("dataset", "HuggingFaceH4/ultrafeedback_binarized"), ("dataset", "HuggingFaceH4/ultrachat_200k"),
-        ("dataset", "EleutherAI/hendrycks_math"), ("dataset", "Maxwell-Jia/AIME_2024"), ("dataset", "Idavidrein/gpqa"),
-        ("dataset", "mteb/scifact"), ("dataset", "mteb/nfcorpus"), ("dataset", "mteb/stsbenchmark-sts"),
-        ("dataset", "mteb/banking77")}
+        ("model", "Qwen/Qwen3-0.6B-Base"),
+        ("model", "Qwen/Qwen3-1.7B-Base"),
+        ("model", "Qwen/Qwen3-4B-Base"),
+        ("model", "Qwen/Qwen3-8B-Base"),
+        ("dataset", "OpenCoder-LLM/opc-fineweb-code-corpus"),
+        ("dataset", "HuggingFaceH4/ultrafeedback_binarized"),
+        ("dataset", "HuggingFaceH4/ultrachat_200k"),
+        ("dataset", "EleutherAI/hendrycks_math"),
+        ("dataset", "Maxwell-Jia/AIME_2024"),
+        ("dataset", "Idavidrein/gpqa"),
+        ("dataset", "mteb/scifact"),
+        ("dataset", "mteb/nfcorpus"),
+        ("dataset", "mteb/stsbenchmark-sts"),
+        ("dataset", "mteb/banking77"),
+    }
     # the tokenizer is the 0.6B model's repository, listed once for both uses
     assert set(assets["model", "Qwen/Qwen3-0.6B-Base"].used_by) == {"models.qwen3_0_6b", "data.tokenizer"}
     assert assets["dataset", "Idavidrein/gpqa"].gated and not assets["dataset", "Maxwell-Jia/AIME_2024"].gated
@@ -46,8 +55,9 @@ def test_paper_assets_are_the_canonical_ids(paper):
 
 
 def test_a_dag_build_without_the_cache_names_every_missing_asset(tmp_path):
-    proc = run_snakemake(["all_tables", "--cores", "1", "--configfile", PAPER], tmp_path, timeout=120,
-                         hub_cache=tmp_path / "empty_hub")
+    proc = run_snakemake(
+        ["all_tables", "--cores", "1", "--configfile", PAPER], tmp_path, timeout=120, hub_cache=tmp_path / "empty_hub"
+    )
     err = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert not (tmp_path / "results").exists()  # failed before any job
@@ -55,20 +65,27 @@ def test_a_dag_build_without_the_cache_names_every_missing_asset(tmp_path):
         assert repo in err, repo
     assert "snakemake prefetch" in err and "HF_TOKEN" in err
     # a dry run still shows the plan (read before prefetch), with the same list as a warning
-    dry = run_snakemake(["-n", "all_tables", "--configfile", PAPER], tmp_path, timeout=120,
-                        hub_cache=tmp_path / "empty_hub")
+    dry = run_snakemake(
+        ["-n", "all_tables", "--configfile", PAPER], tmp_path, timeout=120, hub_cache=tmp_path / "empty_hub"
+    )
     assert dry.returncode == 0 and "rule convert:" in dry.stdout
     assert "Warning (dry run)" in dry.stderr and "Qwen/Qwen3-8B-Base" in dry.stderr
 
 
 def test_prefetch_needs_a_token_for_a_gated_set_before_any_download(tmp_path):
     no_token = {"HF_HOME": str(tmp_path / "hf_home"), "HF_TOKEN": ""}
-    proc = run_snakemake(["-n", "prefetch", "--configfile", PAPER], tmp_path, timeout=120,
-                         hub_cache=tmp_path / "empty_hub", **no_token)
+    proc = run_snakemake(
+        ["-n", "prefetch", "--configfile", PAPER], tmp_path, timeout=120, hub_cache=tmp_path / "empty_hub", **no_token
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "HF_TOKEN" in out and "Idavidrein/gpqa" in out
-    proc = run_snakemake(["-n", "prefetch", "--configfile", PAPER], tmp_path, timeout=120,
-                         hub_cache=tmp_path / "empty_hub", **{**no_token, "HF_TOKEN": "hf_token_for_the_test"})
+    proc = run_snakemake(
+        ["-n", "prefetch", "--configfile", PAPER],
+        tmp_path,
+        timeout=120,
+        hub_cache=tmp_path / "empty_hub",
+        **{**no_token, "HF_TOKEN": "hf_token_for_the_test"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rule prefetch:" in proc.stdout and "rule code_benchmark:" in proc.stdout  # evalplus files too
 
@@ -79,11 +96,23 @@ def test_standin_hub_reads_by_id_in_the_hub_schemas(standin_cache):
     from ar2dlm.evaluation.suite import cached_harness_task
 
     prefs = load_hub_dataset("HuggingFaceH4/ultrafeedback_binarized", split="test_prefs")
-    assert {"prompt", "prompt_id", "chosen", "rejected", "messages", "score_chosen", "score_rejected"} <= set(prefs.features)
+    assert {"prompt", "prompt_id", "chosen", "rejected", "messages", "score_chosen", "score_rejected"} <= set(
+        prefs.features
+    )
     assert prefs[0]["chosen"][-1]["role"] == "assistant"
-    rows = hub_preferences({"path": "HuggingFaceH4/ultrafeedback_binarized", "train_split": "train_prefs",
-                            "prompt_field": "prompt", "chosen_field": "chosen", "rejected_field": "rejected"},
-                           "train", 4, 0, "helpful")
+    rows = hub_preferences(
+        {
+            "path": "HuggingFaceH4/ultrafeedback_binarized",
+            "train_split": "train_prefs",
+            "prompt_field": "prompt",
+            "chosen_field": "chosen",
+            "rejected_field": "rejected",
+        },
+        "train",
+        4,
+        0,
+        "helpful",
+    )
     assert len(rows) == 4 and all(r["chosen"] != r["rejected"] for r in rows)
     algebra = load_hub_dataset("EleutherAI/hendrycks_math", "algebra", split="train")
     assert set(algebra.features) == {"problem", "level", "type", "solution"}
@@ -101,8 +130,9 @@ def test_standin_models_have_the_real_vocabulary_and_base_convention(standin_cac
 
     tok = load_pretrained_tokenizer("Qwen/Qwen3-0.6B-Base")
     assert tok.eos_token == tok.pad_token == "<|endoftext|>" and tok.mask_token_id == 151669
-    small, large = (AutoConfig.from_pretrained(local_snapshot(m, "model"))
-                    for m in ("Qwen/Qwen3-0.6B-Base", "Qwen/Qwen3-8B-Base"))
+    small, large = (
+        AutoConfig.from_pretrained(local_snapshot(m, "model")) for m in ("Qwen/Qwen3-0.6B-Base", "Qwen/Qwen3-8B-Base")
+    )
     assert small.vocab_size == large.vocab_size == 151936 and small.model_type == "qwen3"
     assert small.tie_word_embeddings and not large.tie_word_embeddings  # as the real 8B
     config = json.loads((Path(local_snapshot("Qwen/Qwen3-4B-Base", "model")) / "config.json").read_text())

@@ -5,8 +5,15 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ar2dlm.core.conventions import Conventions
-from ar2dlm.core.diffusion import (collate, diffusion_loss, eligible_tokens, forward_aligned, masking_probs, noise,
-                                  token_nll)
+from ar2dlm.core.diffusion import (
+    collate,
+    diffusion_loss,
+    eligible_tokens,
+    forward_aligned,
+    masking_probs,
+    noise,
+    token_nll,
+)
 from ar2dlm.core.likelihood import ar_loglikelihood, dlm_elbo, elbo_terms, loglikelihood
 
 EOS, PAD, MASK, V = 1, 2, 3, 40
@@ -14,14 +21,23 @@ EOS, PAD, MASK, V = 1, 2, 3, 40
 
 def make_model(seed=0):
     torch.manual_seed(seed)
-    cfg = Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=8, max_position_embeddings=128)
+    cfg = Qwen3Config(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+    )
     return Qwen3ForCausalLM(cfg)
 
 
 def conv(attention="bidirectional", shift=False, block_size=None):
-    return Conventions(attention=attention, shift=shift, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD,
-                       block_size=block_size)
+    return Conventions(
+        attention=attention, shift=shift, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD, block_size=block_size
+    )
 
 
 PROMPT = [5, 6, 7, 8]
@@ -69,8 +85,9 @@ def test_fixed_seed_is_reproducible_and_complementary_reduces_spread(trained):
     a = dlm_elbo(model, c, [(PROMPT, TARGET)], n_samples=8, seed=3)
     assert a == dlm_elbo(model, c, [(PROMPT, TARGET)], n_samples=8, seed=3)
     plain = [dlm_elbo(model, c, [(PROMPT, TARGET)], n_samples=4, seed=s)[0]["elbo"] for s in range(16)]
-    anti = [dlm_elbo(model, c, [(PROMPT, TARGET)], n_samples=4, seed=s, complementary=True)[0]["elbo"]
-            for s in range(16)]
+    anti = [
+        dlm_elbo(model, c, [(PROMPT, TARGET)], n_samples=4, seed=s, complementary=True)[0]["elbo"] for s in range(16)
+    ]
     assert torch.tensor(anti).var() < torch.tensor(plain).var()
 
 
@@ -128,9 +145,11 @@ def _dense_elbo_terms(model, c, ids, valid, plens, gen, n_samples, complementary
     return total / count
 
 
-@pytest.mark.parametrize("c", [conv(), conv(shift=True), conv("block", block_size=4),
-                               conv("block", shift=True, block_size=4)],
-                         ids=["bidir", "bidir-shift", "block", "block-shift"])
+@pytest.mark.parametrize(
+    "c",
+    [conv(), conv(shift=True), conv("block", block_size=4), conv("block", shift=True, block_size=4)],
+    ids=["bidir", "bidir-shift", "block", "block-shift"],
+)
 def test_elbo_from_masked_positions_only_equals_the_dense_one(c):
     """Scoring only masked positions (gamma search, DLM DPO) gives the full-logits ELBO terms, their
     gradient and dlm_elbo's numbers on CPU in fp32, to 1e-5 (float32 round-off of a different
@@ -141,8 +160,9 @@ def test_elbo_from_masked_positions_only_equals_the_dense_one(c):
     valid[1, -2:] = 0
     plens = torch.tensor([len(PROMPT), 2])
     for complementary in (False, True):
-        new = elbo_terms(model, c, ids, valid, plens, torch.Generator().manual_seed(5), n_samples=3,
-                         complementary=complementary)
+        new = elbo_terms(
+            model, c, ids, valid, plens, torch.Generator().manual_seed(5), n_samples=3, complementary=complementary
+        )
         new.terms.sum().backward()
         grads = [p.grad.clone() for p in model.parameters()]
         model.zero_grad()
@@ -156,7 +176,9 @@ def test_elbo_from_masked_positions_only_equals_the_dense_one(c):
     pairs = [(PROMPT, TARGET), ([9], TARGET[:5])]
     with torch.no_grad():
         gens = [torch.Generator().manual_seed(7 * 1_000_003 + i) for i in range(2)]
-        dense = [_dense_elbo_terms(model, c, *(t for t in collate([(p + t, len(p))] * 4, PAD)), g, 1, False).sum(1)
-                 for (p, t), g in zip(pairs, gens)]
+        dense = [
+            _dense_elbo_terms(model, c, *(t for t in collate([(p + t, len(p))] * 4, PAD)), g, 1, False).sum(1)
+            for (p, t), g in zip(pairs, gens)
+        ]
     got = dlm_elbo(model, c, pairs, n_samples=4, seed=7, batch_size=4)
     assert [r["elbo"] for r in got] == pytest.approx([float(d.mean()) for d in dense], abs=1e-5, rel=1e-5)

@@ -82,8 +82,8 @@ def test_a_method_with_a_new_loss_term_from_outside_the_package(toy, tmp_path, s
     from ar2dlm.pipeline.checks import check_config
     from ar2dlm.pipeline.config import ConfigError, validate_config
     from ar2dlm.pipeline.jobs import conversion_settings
-    from ar2dlm.plan.memory import Launch, QWEN3_SHAPES, estimate, plan_job, step_flops
     from ar2dlm.pipeline.runs import resolve_run
+    from ar2dlm.plan.memory import QWEN3_SHAPES, Launch, estimate, plan_job, step_flops
 
     schema = REPO / "config" / "schema.yaml"
     # config validation: the schema takes the method and the term from the registry, the term checks itself
@@ -94,9 +94,11 @@ def test_a_method_with_a_new_loss_term_from_outside_the_package(toy, tmp_path, s
     assert run["hidden_norm"] == {"weight": 0.5} and run["method_modules"] == [TOY]
     assert run["attention"] == "bidirectional" and run["align"] is None  # mdlm's conventions, no other term
     assert "method_modules" not in resolve_run(cfg, "ra")  # a built-in run's settings are untouched
-    for override, key, words in (({"hidden_norm": {"weight": "heavy"}}, "runs.toy.hidden_norm.weight", "not of type"),
-                                 ({"hidden_norm": {"wieght": 1}}, "runs.toy.hidden_norm", "wieght"),
-                                 ({"hidden_norm": {"weight": 50}}, "runs.toy.hidden_norm.weight", "exceeds 10.0")):
+    for override, key, words in (
+        ({"hidden_norm": {"weight": "heavy"}}, "runs.toy.hidden_norm.weight", "not of type"),
+        ({"hidden_norm": {"wieght": 1}}, "runs.toy.hidden_norm", "wieght"),
+        ({"hidden_norm": {"weight": 50}}, "runs.toy.hidden_norm.weight", "exceeds 10.0"),
+    ):
         bad = smoke_with({**OVERRIDE, "runs": {"toy": {"method": "toy", **override}}})
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as err:
             validate_config(bad, schema)
@@ -111,9 +113,13 @@ def test_a_method_with_a_new_loss_term_from_outside_the_package(toy, tmp_path, s
     workdir = tmp_path / "wd"
     workdir.mkdir()
     manifest = "results/models/tiny/toy/seed0/train.json"
-    proc = run_snakemake(["-n", "-p", manifest, "--configfile", str(REPO / "config" / "presets" / "smoke.yaml"),
-                          str(override)], workdir, timeout=300, hub_cache=standin_hub,
-                         PYTHONPATH=os.pathsep.join([str(toy), os.environ.get("PYTHONPATH", "")]))
+    proc = run_snakemake(
+        ["-n", "-p", manifest, "--configfile", str(REPO / "config" / "presets" / "smoke.yaml"), str(override)],
+        workdir,
+        timeout=300,
+        hub_cache=standin_hub,
+        PYTHONPATH=os.pathsep.join([str(toy), os.environ.get("PYTHONPATH", "")]),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     convert = next(b for b in proc.stdout.split("\n\n") if "rule convert:" in b and "/toy/" in b)
     assert TOY in convert and "hidden_norm" in convert
@@ -127,9 +133,17 @@ def test_a_method_with_a_new_loss_term_from_outside_the_package(toy, tmp_path, s
     assert {k: v for k, v in parts.items() if k != "activations"} == {k: base[k] for k in parts if k != "activations"}
     tr = settings["training"]
     assert step_flops(shape, settings, False) - step_flops(shape, without, False) == pytest.approx(
-        2.0 * tr["batch_size"] * tr["seq_len"] * shape.hidden)
-    cluster = {"gpu_memory_gb": 80, "gpus_per_node": 4, "max_nodes": 1, "gpu_tflops": 100, "mfu": 0.4,
-               "runtime_hours": 4, "gpu_bandwidth_tb_s": 2}
+        2.0 * tr["batch_size"] * tr["seq_len"] * shape.hidden
+    )
+    cluster = {
+        "gpu_memory_gb": 80,
+        "gpus_per_node": 4,
+        "max_nodes": 1,
+        "gpu_tflops": 100,
+        "mfu": 0.4,
+        "runtime_hours": 4,
+        "gpu_bandwidth_tb_s": 2,
+    }
     plan = plan_job("tiny/toy", shape, settings, cluster)
     assert plan.launch is not None and plan.parts == estimate(shape, settings, plan.launch)
 
@@ -142,12 +156,29 @@ def test_a_method_with_a_new_loss_term_from_outside_the_package(toy, tmp_path, s
     teacher = tmp_path / "teacher"
     save_model(build_qwen3(cfg["models"]["tiny"]["arch"], tok), tok, teacher, {**ar_conventions(tok), "method": "test"})
     write_jsonl(tmp_path / "corpus.jsonl", docs)
-    train = dict(settings, training={**tr, "steps": 2, "batch_size": 4, "seq_len": 64, "checkpoint_every": 2,
-                                     "warmup_steps": 1})
+    train = dict(
+        settings, training={**tr, "steps": 2, "batch_size": 4, "seq_len": 64, "checkpoint_every": 2, "warmup_steps": 1}
+    )
     out = tmp_path / "toy" / "train.json"
-    cmd = [sys.executable, "-m", "ar2dlm.training.convert_run", "--settings", json.dumps(train), "--teacher",
-           str(teacher), "--corpus", str(tmp_path / "corpus.jsonl"), "--out", str(out), "--seed", "0", "--preset",
-           "smoke", "--model", "tiny"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ar2dlm.training.convert_run",
+        "--settings",
+        json.dumps(train),
+        "--teacher",
+        str(teacher),
+        "--corpus",
+        str(tmp_path / "corpus.jsonl"),
+        "--out",
+        str(out),
+        "--seed",
+        "0",
+        "--preset",
+        "smoke",
+        "--model",
+        "tiny",
+    ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(toy)]))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -168,9 +199,13 @@ def test_every_built_in_run_keeps_its_objective_teacher_and_planned_parts():
     from ar2dlm.training.objectives import objective_for
 
     cfg = smoke_with({})
-    expected = {"mdlm": ("Diffusion", (False, False), []), "ra": ("Diffusion", (True, False), ["align"]),
-                "ed": ("Diffusion", (False, False), []), "opd": ("Distillation", (True, True), []),
-                "combined": ("Distillation", (True, True), ["align"])}
+    expected = {
+        "mdlm": ("Diffusion", (False, False), []),
+        "ra": ("Diffusion", (True, False), ["align"]),
+        "ed": ("Diffusion", (False, False), []),
+        "opd": ("Distillation", (True, True), []),
+        "combined": ("Distillation", (True, True), ["align"]),
+    }
     for name, (objective, teacher, added) in expected.items():
         run = resolve_run(cfg, name)
         conv = Conventions(run["attention"], run["shift"], 5, 1, 2, run["block_size"])

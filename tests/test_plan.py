@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from ar2dlm.pipeline.config import merge_preset
+from ar2dlm.pipeline.runs import resolve_run
 from ar2dlm.plan.__main__ import main
-from ar2dlm.plan.memory import GB, QWEN3_SHAPES, Launch, estimate, peak, plan_jobs, unfit
 from ar2dlm.plan.armap import STOP_FRACTION, dpo_step_flops, over_runtime, segmented
+from ar2dlm.plan.memory import GB, QWEN3_SHAPES, Launch, estimate, peak, plan_jobs, unfit
 from ar2dlm.plan.one_gpu import dpo_parts, gamma_parts, plan_one_gpu_jobs, unfit_one_gpu
 from ar2dlm.plan.tokenize import TARGET_HOURS, plan_tokenize, plan_tokenize_jobs
-from ar2dlm.pipeline.runs import resolve_run
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "presets" / "paper.yaml"
@@ -82,8 +82,13 @@ def test_the_estimate_is_the_measured_cpu_peak_within_25_percent(name):
     from train_memory import cases, estimated
 
     case = next(c for c in cases(False) if c["name"] == name)
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "train_memory.py"), "--case", json.dumps(case)],
-                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "train_memory.py"), "--case", json.dumps(case)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     measured = json.loads(proc.stdout.strip().splitlines()[-1])["peak_gb"]
     assert estimated(case)["estimate_gb"] == pytest.approx(measured, rel=0.25)
@@ -102,8 +107,15 @@ def test_a_job_the_cluster_cannot_hold_stops_the_dag_build(tmp_path):
 
 
 def test_peak_is_the_larger_phase():
-    parts = {"parameters": 1.0, "gradients": 1.0, "optimizer": 2.0, "teacher": 0.5, "activations": 3.0, "logits": 1.0,
-             "masks": 0.0}
+    parts = {
+        "parameters": 1.0,
+        "gradients": 1.0,
+        "optimizer": 2.0,
+        "teacher": 0.5,
+        "activations": 3.0,
+        "logits": 1.0,
+        "masks": 0.0,
+    }
     assert peak(parts) == 8.5
     assert peak({**parts, "rollout": 10.0}) == 13.5 and GB == 1e9
 
@@ -111,22 +123,32 @@ def test_peak_is_the_larger_phase():
 def test_evaluation_and_armap_jobs_fit_one_80gb_gpu_and_the_unfit_are_named():
     config = paper()
     jobs = plan_one_gpu_jobs(config)
-    assert {"evaluate/qwen3_8b/aime24", "evaluate/qwen3_8b/gpqa_diamond", "dpo_teacher/qwen3_8b", "dlm_dpo/qwen3_8b",
-            "armap_spectra/qwen3_8b", "gamma_search/qwen3_8b"} <= {j.job for j in jobs}
+    assert {
+        "evaluate/qwen3_8b/aime24",
+        "evaluate/qwen3_8b/gpqa_diamond",
+        "dpo_teacher/qwen3_8b",
+        "dlm_dpo/qwen3_8b",
+        "armap_spectra/qwen3_8b",
+        "gamma_search/qwen3_8b",
+    } <= {j.job for j in jobs}
     assert all(j.fits for j in jobs), [j.job for j in jobs if not j.fits]
     small = {**config, "cluster": {**config["cluster"], "gpu_memory_gb": 40}}
     lines = unfit_one_gpu(plan_one_gpu_jobs(small), 40)
     gamma = next(j for j in jobs if j.job == "gamma_search/qwen3_8b")
     assert 0.9 * 40 < gamma.peak_gb < 0.9 * 80  # the fp32 merge (33 GB) and one forward's scoring
-    assert any(line.startswith(f"gamma_search/qwen3_8b: needs {gamma.peak_gb:.0f} GB on one GPU, over 90% of 40 GB")
-               for line in lines)
+    assert any(
+        line.startswith(f"gamma_search/qwen3_8b: needs {gamma.peak_gb:.0f} GB on one GPU, over 90% of 40 GB")
+        for line in lines
+    )
     assert not any(line.startswith("dpo_teacher/") for line in lines)  # LoRA DPO of 8B fits 40 GB
 
 
 def test_lora_is_what_fits_8b_dpo_on_one_gpu():
     shape, cfg = QWEN3_SHAPES["Qwen/Qwen3-8B-Base"], paper()["armap"]["dpo"]
     lora, full = dpo_parts(shape, cfg, False), dpo_parts(shape, {**cfg, "lora": None}, False)
-    assert sum(full.values()) / GB > 130 > 80 > 30 > sum(lora.values()) / GB  # fp32 weights, gradients, AdamW: 16 B/param
+    assert (
+        sum(full.values()) / GB > 130 > 80 > 30 > sum(lora.values()) / GB
+    )  # fp32 weights, gradients, AdamW: 16 B/param
     assert full["reference"] == 0  # a causal model's reference log-probabilities are precomputed
     assert dpo_parts(shape, {**cfg, "lora": None}, True)["reference"] == 4 * shape.params
 
@@ -137,18 +159,33 @@ def test_full_dpo_of_8b_is_sharded_over_the_gpus_that_hold_it(tmp_path):
     from tests.conftest import run_snakemake
 
     config = paper()
-    full = {**config, "armap": {**config["armap"], "dpo": {**config["armap"]["dpo"], "lora": None},
-                                "dlm_dpo": {**config["armap"]["dlm_dpo"], "lora": None}}}
+    full = {
+        **config,
+        "armap": {
+            **config["armap"],
+            "dpo": {**config["armap"]["dpo"], "lora": None},
+            "dlm_dpo": {**config["armap"]["dlm_dpo"], "lora": None},
+        },
+    }
     jobs = {j.job: j for j in plan_one_gpu_jobs(full)}
     for kind in ("dpo_teacher", "dlm_dpo"):
         job = jobs[f"{kind}/qwen3_8b"]
-        assert job.fits and job.gpus == 4 and job.parts["weights"] * 4 == pytest.approx(4 * QWEN3_SHAPES["Qwen/Qwen3-8B-Base"].params)
+        assert (
+            job.fits
+            and job.gpus == 4
+            and job.parts["weights"] * 4 == pytest.approx(4 * QWEN3_SHAPES["Qwen/Qwen3-8B-Base"].params)
+        )
         assert jobs[f"{kind}/qwen3_4b"].gpus == 2
     assert {j.gpus for j in plan_one_gpu_jobs(config) if "dpo" in j.job} == {1}  # LoRA: one GPU
     override = tmp_path / "full_dpo.yaml"
-    override.write_text(yaml.safe_dump({"preset": "paper", "armap": {"dpo": {"lora": None}, "dlm_dpo": {"lora": None}}}))
-    proc = run_snakemake(["-n", "-p", "all_tables", "--configfile", str(PAPER), str(override), "--until", "dpo_teacher"],
-                         tmp_path, timeout=120)
+    override.write_text(
+        yaml.safe_dump({"preset": "paper", "armap": {"dpo": {"lora": None}, "dlm_dpo": {"lora": None}}})
+    )
+    proc = run_snakemake(
+        ["-n", "-p", "all_tables", "--configfile", str(PAPER), str(override), "--until", "dpo_teacher"],
+        tmp_path,
+        timeout=120,
+    )
     out = proc.stdout + proc.stderr
     assert "--nproc_per_node=4 -m ar2dlm.armap.dpo_run --model" in out, out[-3000:]
     # each planned DPO job stops with a checkpoint before its runtime, for its retry to resume

@@ -25,14 +25,17 @@ def hardware(monkeypatch):
     return _set
 
 
-@pytest.mark.parametrize("facts, cpu", [
-    ({"kernels": "AVX512", "avx512_bf16": True}, "bf16"),  # Sapphire Rapids, Zen 4
-    ({"kernels": "AVX512", "amx": True}, "bf16"),
-    ({"kernels": "AVX512"}, "fp32"),  # Skylake-X, Cascade Lake: AVX-512 without bf16
-    ({"kernels": "AVX2", "avx512_bf16": True, "amx": True}, "fp32"),  # ATEN_CPU_CAPABILITY=avx2 on a bf16 CPU
-    ({"kernels": "AVX2"}, "fp32"),  # Zen 1-3, Intel client CPUs
-    ({"kernels": "DEFAULT"}, "fp32"),  # ARM (Apple M1, Graviton)
-])
+@pytest.mark.parametrize(
+    "facts, cpu",
+    [
+        ({"kernels": "AVX512", "avx512_bf16": True}, "bf16"),  # Sapphire Rapids, Zen 4
+        ({"kernels": "AVX512", "amx": True}, "bf16"),
+        ({"kernels": "AVX512"}, "fp32"),  # Skylake-X, Cascade Lake: AVX-512 without bf16
+        ({"kernels": "AVX2", "avx512_bf16": True, "amx": True}, "fp32"),  # ATEN_CPU_CAPABILITY=avx2 on a bf16 CPU
+        ({"kernels": "AVX2"}, "fp32"),  # Zen 1-3, Intel client CPUs
+        ({"kernels": "DEFAULT"}, "fp32"),  # ARM (Apple M1, Graviton)
+    ],
+)
 def test_auto_on_a_cpu_is_bf16_only_where_native(hardware, facts, cpu):
     hardware(**facts)
     assert resolve_dtype("auto", "cpu") == cpu
@@ -105,6 +108,13 @@ def test_table_footer_names_the_machine_and_resolved_dtypes():
     def result(cpu, kernels, dtype):
         return {"versions": {"machine": {"cpu": cpu, "kernels": kernels, "dtype": dtype, "cuda": None}}}
 
-    note = machine_note([("training", result("AMD EPYC", "AVX2", "fp32")), ("evaluation", result("AMD EPYC", "AVX2", "fp32")),
-                         ("evaluation", result("Xeon 8480", "AVX512", "bf16"))])
-    assert note == "AMD EPYC (AVX2 kernels): training fp32, evaluation fp32; Xeon 8480 (AVX512 kernels): evaluation bf16"
+    note = machine_note(
+        [
+            ("training", result("AMD EPYC", "AVX2", "fp32")),
+            ("evaluation", result("AMD EPYC", "AVX2", "fp32")),
+            ("evaluation", result("Xeon 8480", "AVX512", "bf16")),
+        ]
+    )
+    assert (
+        note == "AMD EPYC (AVX2 kernels): training fp32, evaluation fp32; Xeon 8480 (AVX512 kernels): evaluation bf16"
+    )

@@ -7,7 +7,7 @@ from tests.conftest import REPO
 def test_readme_starts_with_two_commands_and_ci_runs_the_test_one():
     lines = (REPO / "README.md").read_text().splitlines()
     fence = lines.index("```bash")
-    main_cmd, test_cmd, close = lines[fence + 1: fence + 4]
+    main_cmd, test_cmd, close = lines[fence + 1 : fence + 4]
     assert lines[:fence] == ["# ar2dlm", ""] and close == "```"
     assert "all_tables" in main_cmd and "--configfile" not in main_cmd
     assert "pytest" in test_cmd
@@ -23,8 +23,16 @@ def test_the_pipeline_timing_adds_up_the_sittings_of_a_resumed_run(tmp_path):
 
     from ar2dlm.pipeline import layout
 
-    script = [sys.executable, str(REPO / "benchmarks" / "pipeline.py"), "--workdir", str(tmp_path),
-              "--configfile", str(REPO / "config" / "presets" / "smoke.yaml"), "--budget-min", "5"]
+    script = [
+        sys.executable,
+        str(REPO / "benchmarks" / "pipeline.py"),
+        "--workdir",
+        str(tmp_path),
+        "--configfile",
+        str(REPO / "config" / "presets" / "smoke.yaml"),
+        "--budget-min",
+        "5",
+    ]
     run = lambda *extra: subprocess.run(script + list(extra), capture_output=True, text=True, timeout=600)  # noqa: E731
     first = run("--target", layout.suite_file("code", "eval"))
     assert first.returncode == 0, first.stderr[-2000:]

@@ -17,9 +17,18 @@ class Tok:  # the three ids the samplers need
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=8, max_position_embeddings=256, eos_token_id=EOS,
-                      pad_token_id=PAD)
+    cfg = Qwen3Config(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )
     m = Qwen3ForCausalLM(cfg).eval()
     with torch.no_grad():  # sharpen the random model so that some confidences pass a threshold
         m.lm_head.weight.mul_(40) if not cfg.tie_word_embeddings else m.model.norm.weight.mul_(40)
@@ -27,8 +36,14 @@ def model():
 
 
 def conv(attention="block", shift=False, block_size=4):
-    return Conventions(attention=attention, shift=shift, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD,
-                       block_size=block_size if attention == "block" else None)
+    return Conventions(
+        attention=attention,
+        shift=shift,
+        mask_token_id=MASK,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        block_size=block_size if attention == "block" else None,
+    )
 
 
 PROMPTS = [[5, 9, 11, 20, 7], [8, 30], [12, 13, 14]]
@@ -43,7 +58,7 @@ def greedy_reference(model, prompt, n):
         if nxt == EOS:
             break
         ids.append(nxt)
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def test_ar_greedy_batched_with_cache_equals_unbatched_recomputation(model):
@@ -70,8 +85,9 @@ def test_threshold_one_decodes_one_token_per_step(model):
 
 
 def test_fixed_steps_per_block(model):
-    _, stats = generate_dlm(model, conv(block_size=8), PROMPTS, 16, 8, threshold=None, steps_per_block=2,
-                            use_cache=True)
+    _, stats = generate_dlm(
+        model, conv(block_size=8), PROMPTS, 16, 8, threshold=None, steps_per_block=2, use_cache=True
+    )
     assert stats.tokens_per_step == 4.0  # every block of 8 takes exactly 2 steps
 
 
@@ -83,8 +99,9 @@ def test_bad_decoding_inputs_are_named(model):
     with pytest.raises(ValueError, match="causal"):
         generate_dlm(model, conv("causal"), PROMPTS, 16, 4)
     with pytest.raises(ValueError, match="mask token"):
-        Conventions(attention="block", shift=False, mask_token_id=None, eos_token_id=EOS, pad_token_id=PAD,
-                    block_size=4)
+        Conventions(
+            attention="block", shift=False, mask_token_id=None, eos_token_id=EOS, pad_token_id=PAD, block_size=4
+        )
 
 
 class EndsAt(torch.nn.Module):
@@ -113,14 +130,18 @@ def test_finished_rows_leave_the_batch_without_changing_any_row(model, attention
     # the rows still decoding only
     assert [len(o) for o in out] == [3, 9, 8, 5]
     assert set(m.rows) == {4, 3, 2}
-    alone = [generate_dlm(m, c, [p], 24, 4, use_cache=attention == "block", temperature=temperature)[0][0]
-             for p in prompts] if temperature == 0 else out
+    alone = (
+        [generate_dlm(m, c, [p], 24, 4, use_cache=attention == "block", temperature=temperature)[0][0] for p in prompts]
+        if temperature == 0
+        else out
+    )
     assert out == alone
-    full, full_stats = generate_dlm(m, c, prompts, 24, 4, use_cache=attention == "block", temperature=temperature,
-                                    stop_at_eos=False)
+    full, full_stats = generate_dlm(
+        m, c, prompts, 24, 4, use_cache=attention == "block", temperature=temperature, stop_at_eos=False
+    )
     assert stats.steps < full_stats.steps
     if temperature == 0:
-        assert [f[:len(o)] for f, o in zip(full, out)] == out
+        assert [f[: len(o)] for f, o in zip(full, out)] == out
 
 
 def test_categorical_draws_follow_the_probabilities_and_skip_zeros():

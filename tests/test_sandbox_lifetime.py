@@ -19,11 +19,11 @@ BLOCKING = {
     "select_nothing": "    import select\n    select.select([], [], [])\n",
     "socket_accept": "    import socket\n    s = socket.socket()\n    s.bind(('127.0.0.1', 0))\n    s.listen()\n    s.accept()\n",
     "child_sleeps": "    import _posixsubprocess, os\n    r, w = os.pipe()\n"
-                    "    _posixsubprocess.fork_exec([b'/bin/sleep', b'100000'], [b'/bin/sleep'], True, (), None, None,"
-                    " -1, -1, -1, -1, -1, -1, r, w, True, False, 0, None, None, None, -1, None, False)\n"
-                    "    import time\n    time.sleep(10 ** 6)\n",
+    "    _posixsubprocess.fork_exec([b'/bin/sleep', b'100000'], [b'/bin/sleep'], True, (), None, None,"
+    " -1, -1, -1, -1, -1, -1, r, w, True, False, 0, None, None, None, -1, None, False)\n"
+    "    import time\n    time.sleep(10 ** 6)\n",
     "thread_after_reply": "    import threading, time\n    threading.Thread(target=time.sleep, args=(10 ** 6,)).start()\n"
-                          "    return x * x + 7\n",
+    "    return x * x + 7\n",
 }
 
 
@@ -83,8 +83,12 @@ def toy(tmp_path_factory):
 def test_a_blocked_program_leaves_no_process_once_scored(toy, kind):
     for fmt in ("evalplus", "humaneval"):
         with Watch(psutil.Process().pid) as watch:
-            scored = score_samples(toy, [{"task_id": "Toy/0", "completion": BLOCKING[kind]},
-                                         {"task_id": "Toy/0", "completion": HONEST}], fmt=fmt, test_timeout_s=2.0)
+            scored = score_samples(
+                toy,
+                [{"task_id": "Toy/0", "completion": BLOCKING[kind]}, {"task_id": "Toy/0", "completion": HONEST}],
+                fmt=fmt,
+                test_timeout_s=2.0,
+            )
             left = watch.alive()  # read before the watch stops: scoring has returned
         blocked, honest = scored["per_task"]["Toy/0"]
         assert honest["base"] and blocked["base"] == (kind == "thread_after_reply"), (kind, fmt)

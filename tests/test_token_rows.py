@@ -38,8 +38,19 @@ def rows_of(folder) -> list:
 
 
 def one_job(tok, folder, docs, out, *, packed, budget=None, workers=1, info=INFO):
-    return write_token_rows(lambda: iter(docs), folder, out, settings=SETTINGS, seq_len=48, packed=packed,
-                            pad_id=tok.pad_token_id, info=info, budget_tokens=budget, workers=workers, **SMALL)
+    return write_token_rows(
+        lambda: iter(docs),
+        folder,
+        out,
+        settings=SETTINGS,
+        seq_len=48,
+        packed=packed,
+        pad_id=tok.pad_token_id,
+        info=info,
+        budget_tokens=budget,
+        workers=workers,
+        **SMALL,
+    )
 
 
 def sharded(tok, folder, docs, out, shards, *, packed, budget=None, stop=None):
@@ -49,10 +60,30 @@ def sharded(tok, folder, docs, out, shards, *, packed, budget=None, stop=None):
     need = needed_tokens(budget, 48, packed)
     dirs = [out.with_name(f"{out.name}.shard{k}") for k in range(shards)]
     for k, d in enumerate(dirs):
-        write_shard(iter(docs), folder, d, settings=SETTINGS, seq_len=48, packed=packed, shard=k, shards=shards,
-                    stop_tokens=stop if stop is not None else shard_stop_tokens(need, shards), **SMALL)
-    return merge_shards(dirs, out, docs=lambda: iter(docs), tokenizer_dir=folder, seq_len=48, packed=packed,
-                        pad_id=tok.pad_token_id, info=INFO, budget_tokens=budget, chunk_docs=SMALL["chunk_docs"])
+        write_shard(
+            iter(docs),
+            folder,
+            d,
+            settings=SETTINGS,
+            seq_len=48,
+            packed=packed,
+            shard=k,
+            shards=shards,
+            stop_tokens=stop if stop is not None else shard_stop_tokens(need, shards),
+            **SMALL,
+        )
+    return merge_shards(
+        dirs,
+        out,
+        docs=lambda: iter(docs),
+        tokenizer_dir=folder,
+        seq_len=48,
+        packed=packed,
+        pad_id=tok.pad_token_id,
+        info=INFO,
+        budget_tokens=budget,
+        chunk_docs=SMALL["chunk_docs"],
+    )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -103,8 +134,11 @@ def test_a_source_shorter_than_its_budget_is_refused_naming_it(corpus, tmp_path)
     tok, folder, docs = corpus
     total = len(document_tokens(docs, tok))
     info = {**INFO, "source": "stream", "origin": "org/corpus, split train", "budget_key": "data.corpus.stream_tokens"}
-    with pytest.raises(ValueError, match=rf"stream \(org/corpus, split train\) holds only {total} tokens.*budget of "
-                                         rf"{total + 1000} \(data\.corpus\.stream_tokens\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"stream \(org/corpus, split train\) holds only {total} tokens.*budget of "
+        rf"{total + 1000} \(data\.corpus\.stream_tokens\)",
+    ):
         one_job(tok, folder, docs, tmp_path / "rows", packed=True, budget=total + 1000, info=info)
     assert not (tmp_path / "rows").exists()
 
@@ -127,8 +161,11 @@ def test_a_killed_shard_resumes_where_it_stopped_and_writes_the_same_bytes(corpu
     source = tmp_path / "docs.jsonl"
     source.write_text("".join(json.dumps(d) + "\n" for d in docs))
     work = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(source), str(folder), str(work)],
-                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(source), str(folder), str(work)],
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         deadline = time.time() + 120
         while not (work / "progress.json").is_file() or not json.loads((work / "progress.json").read_text())["parts"]:
@@ -142,10 +179,12 @@ def test_a_killed_shard_resumes_where_it_stopped_and_writes_the_same_bytes(corpu
     assert progress["parts"] and not progress["done"]
     (work / "part-09999-tokens.npy.tmp").write_bytes(b"half a file")  # as a kill mid-write leaves it
     (work / f"part-{len(progress['parts']):05d}-tokens.npy").write_bytes(b"a part written, never recorded")
-    resumed = write_shard(iter(docs), folder, work, settings=SETTINGS, seq_len=48, packed=True, shard=1, shards=2,
-                          **SMALL)
-    whole = write_shard(iter(docs), folder, tmp_path / "whole", settings=SETTINGS, seq_len=48, packed=True, shard=1,
-                        shards=2, **SMALL)
+    resumed = write_shard(
+        iter(docs), folder, work, settings=SETTINGS, seq_len=48, packed=True, shard=1, shards=2, **SMALL
+    )
+    whole = write_shard(
+        iter(docs), folder, tmp_path / "whole", settings=SETTINGS, seq_len=48, packed=True, shard=1, shards=2, **SMALL
+    )
     assert resumed == whole and len(whole["parts"]) > len(progress["parts"])
     files = sorted(p.name for p in (tmp_path / "whole").iterdir())
     assert sorted(p.name for p in work.iterdir()) == files
@@ -183,8 +222,11 @@ def test_a_stream_read_once_refuses_a_run_longer_than_it_before_the_first_step(c
     assert torch.equal(ordered.whole(1)[0][0], torch.tensor(rows[8][0]))  # in order
     fits = len(rows) // 8
     ordered.loader(0, fits)
-    with pytest.raises(ValueError, match=rf"subset \(documents, packed rows of 48 tokens.*holds {len(rows)} rows; "
-                                         rf"the run's {fits + 1} micro-batches of 8 rows need {8 * fits + 8}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"subset \(documents, packed rows of 48 tokens.*holds {len(rows)} rows; "
+        rf"the run's {fits + 1} micro-batches of 8 rows need {8 * fits + 8}",
+    ):
         ordered.loader(fits - 1, fits + 1)  # a resumed segment: the whole run is checked
 
 
@@ -198,18 +240,28 @@ def test_a_stream_not_written_out_is_read_from_its_source_once_in_order(corpus, 
     tok, folder, docs = corpus
     source = tmp_path / "source.jsonl"
     source.write_text("".join(json.dumps({"text": d["prompt"] + d["completion"]}) + "\n" for d in docs))
-    manifest = {"seed": 0, "corpus_source": "hub", "corpus_path": "json", "corpus_name": None,
-                "corpus_data_files": str(source), "corpus_split": "train", "corpus_text_field": "text",
-                "corpus_prompt_field": None, "corpus_completion_field": None, "corpus_shuffle_buffer": 16,
-                "stream": {"path": None, "budget_tokens": 2000}}
+    manifest = {
+        "seed": 0,
+        "corpus_source": "hub",
+        "corpus_path": "json",
+        "corpus_name": None,
+        "corpus_data_files": str(source),
+        "corpus_split": "train",
+        "corpus_text_field": "text",
+        "corpus_prompt_field": None,
+        "corpus_completion_field": None,
+        "corpus_shuffle_buffer": 16,
+        "stream": {"path": None, "budget_tokens": 2000},
+    }
     write_json(tmp_path / "manifest.json", manifest)
     index = build_token_rows(tmp_path / "manifest.json", folder, "stream", "documents", 48, tmp_path / "rows")
     assert index["ordered"] and index["packed"] and index["rows"] == -(-2000 // 48) and index["tokens"] == 48 * 42
     shards = [tmp_path / f"shard{k}" for k in range(2)]
     for k, d in enumerate(shards):
         build_token_shard(tmp_path / "manifest.json", folder, "stream", "documents", 48, d, shard=k, shards=2)
-    build_token_rows(tmp_path / "manifest.json", folder, "stream", "documents", 48, tmp_path / "merged",
-                     shard_dirs=shards)
+    build_token_rows(
+        tmp_path / "manifest.json", folder, "stream", "documents", 48, tmp_path / "merged", shard_dirs=shards
+    )
     assert rows_of(tmp_path / "merged") == rows_of(tmp_path / "rows")
     assert np.load(tmp_path / "merged" / "segments.npy")[:, 2].sum() == 48 * 42  # cut at the budget's rows
 

@@ -12,17 +12,23 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.core.models import build_qwen3, save_model
 from ar2dlm.methods.distillation import on_policy_state, teacher_targets
-from ar2dlm.provenance import write_jsonl
+from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.pipeline.runs import resolve_run
+from ar2dlm.provenance import write_jsonl
 from ar2dlm.training.teacher import ar_conventions
 from ar2dlm.training.trainer import run_conventions, train_run
 from tests.conftest import REPO
 
-ARCH = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "max_position_embeddings": 256}
+ARCH = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 256,
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +44,18 @@ def setup(smoke_tokenizer, tmp_path_factory):
 def run_cfg(name, **training):
     cfg = merge_preset({"preset": "smoke"}, REPO / "config")
     run = resolve_run(cfg, name)
-    run["training"].update({"steps": 12, "batch_size": 8, "lr": 3e-3, "warmup_steps": 1, "checkpoint_every": 4,
-                            "seq_len": 64, "dtype": "fp32", **training})
+    run["training"].update(
+        {
+            "steps": 12,
+            "batch_size": 8,
+            "lr": 3e-3,
+            "warmup_steps": 1,
+            "checkpoint_every": 4,
+            "seq_len": 64,
+            "dtype": "fp32",
+            **training,
+        }
+    )
     return run
 
 
@@ -55,8 +71,17 @@ def weights(path):
     return load_file(str(path / "model.safetensors"))
 
 
-@pytest.mark.parametrize("name,term", [("mdlm", "diffusion"), ("ra", "align"), ("ed", "diffusion"),
-                                       ("opd", "distill"), ("opd_off", "distill"), ("scratch", "diffusion")])
+@pytest.mark.parametrize(
+    "name,term",
+    [
+        ("mdlm", "diffusion"),
+        ("ra", "align"),
+        ("ed", "diffusion"),
+        ("opd", "distill"),
+        ("opd_off", "distill"),
+        ("scratch", "diffusion"),
+    ],
+)
 def test_each_objective_loss_falls(setup, tmp_path, name, term):
     run = run_cfg(name)
     info = train(setup, run, tmp_path / name)
@@ -75,8 +100,16 @@ def test_tensorboard_receives_every_logged_row(setup, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = run_cfg("mdlm", steps=4)
-    train_run(run, setup / "teacher", setup / "corpus.jsonl", tmp_path / "run", seed=0, preset="smoke",
-              model_name="tiny", tracking={"backend": "tensorboard", "project": "p", "directory": tmp_path / "tb"})
+    train_run(
+        run,
+        setup / "teacher",
+        setup / "corpus.jsonl",
+        tmp_path / "run",
+        seed=0,
+        preset="smoke",
+        model_name="tiny",
+        tracking={"backend": "tensorboard", "project": "p", "directory": tmp_path / "tb"},
+    )
     events = EventAccumulator(str(tmp_path / "tb" / "tiny" / "mdlm" / "seed0"))
     events.Reload()
     rows = log(tmp_path / "run")
@@ -135,8 +168,11 @@ def test_repr_align_with_lambda_zero_matches_mdlm_and_loads_no_teacher(setup, tm
     b = run_cfg("mdlm", steps=4)
     loaded = []
     load = AutoModelForCausalLM.from_pretrained
-    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained",
-                        lambda path, *args, **kw: loaded.append(str(path)) or load(path, *args, **kw))
+    monkeypatch.setattr(
+        AutoModelForCausalLM,
+        "from_pretrained",
+        lambda path, *args, **kw: loaded.append(str(path)) or load(path, *args, **kw),
+    )
     train(setup, a, tmp_path / "a")
     assert loaded == [str(setup / "teacher")]  # the student's initial weights only, no frozen teacher
     train(setup, b, tmp_path / "b")
@@ -153,8 +189,9 @@ def test_opd_targets_come_from_the_teacher_on_x0(setup):
     teacher = AutoModelForCausalLM.from_pretrained(str(setup / "teacher")).eval()
     conv = run_conventions(run, tok)
     prompts = [tok("def f(x):\n")["input_ids"], tok("Question: What is 2 + 3?\nAnswer:")["input_ids"]]
-    batch = on_policy_state(student, conv, prompts, 8, 0.9, [torch.Generator().manual_seed(i) for i in range(len(prompts))],
-                            seed=0)
+    batch = on_policy_state(
+        student, conv, prompts, 8, 0.9, [torch.Generator().manual_seed(i) for i in range(len(prompts))], seed=0
+    )
     # the noisy state agrees with x0 wherever it is not masked, and each block keeps some masks
     keep = ~batch.masked
     assert torch.equal(batch.noisy[keep], batch.clean[keep]) and batch.masked.any()
@@ -179,8 +216,10 @@ def test_kill_and_resume_matches_an_uninterrupted_run(setup, tmp_path):
     run = run_cfg("ra", steps=40, checkpoint_every=10)
     train(setup, run, tmp_path / "straight")
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, json.dumps(run), str(setup), str(out)],
-                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, json.dumps(run), str(setup), str(out)],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     deadline = time.time() + 120
     while not (out / "step_10" / "trainer_state.pt").exists():
         assert proc.poll() is None and time.time() < deadline, "the run ended before it could be killed"
@@ -215,6 +254,7 @@ def test_nan_loss_stops_without_overwriting_the_last_checkpoint(setup, tmp_path,
     good, kept = weights(tmp_path / "clean" / "step_4"), weights(tmp_path / "n" / "step_4")
     assert all(torch.equal(good[k], kept[k]) for k in good)
 
+
 DDP_SCRIPT = """
 import json, sys
 from ar2dlm.training.trainer import train_run
@@ -232,8 +272,17 @@ def test_two_process_fsdp_trains_and_resumes(setup, tmp_path):
     script = tmp_path / "ddp.py"
     script.write_text(DDP_SCRIPT)
     run = run_cfg("ra", steps=6, checkpoint_every=3)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
-           json.dumps(run), str(setup), str(tmp_path / "ddp")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(script),
+        json.dumps(run),
+        str(setup),
+        str(tmp_path / "ddp"),
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -250,10 +299,25 @@ def test_two_process_fsdp_trains_and_resumes(setup, tmp_path):
 def _torchrun(tmp_path, setup, run, out, nproc=2, launch=None):
     script = tmp_path / "train.py"
     script.write_text(DDP_SCRIPT)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script),
-           json.dumps(run), str(setup), str(out), json.dumps(launch or {})]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        str(script),
+        json.dumps(run),
+        str(setup),
+        str(out),
+        json.dumps(launch or {}),
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -304,8 +368,15 @@ def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_p
     a, b = weights(tmp_path / "disk" / "step_3"), weights(tmp_path / "file" / "step_3")
     assert all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(ValueError, match="holds rows of 64 tokens; the run trains on 32"):
-        train_run(run_cfg(name, steps=3, seq_len=32), setup / "teacher", rows, tmp_path / "bad", seed=0, preset="smoke",
-                  model_name="tiny")
+        train_run(
+            run_cfg(name, steps=3, seq_len=32),
+            setup / "teacher",
+            rows,
+            tmp_path / "bad",
+            seed=0,
+            preset="smoke",
+            model_name="tiny",
+        )
 
 
 def test_a_run_planned_in_segments_stops_with_a_checkpoint_and_its_retry_finishes(setup, tmp_path):
@@ -314,8 +385,22 @@ def test_a_run_planned_in_segments_stops_with_a_checkpoint_and_its_retry_finishe
     from ar2dlm.training.convert_run import SEGMENT_DONE, main
 
     run = run_cfg("mdlm", steps=8, checkpoint_every=4)
-    args = ["--settings", json.dumps(run), "--teacher", str(setup / "teacher"), "--corpus", str(setup / "corpus.jsonl"),
-            "--out", str(tmp_path / "seg" / "train.json"), "--seed", "0", "--preset", "smoke", "--model", "tiny"]
+    args = [
+        "--settings",
+        json.dumps(run),
+        "--teacher",
+        str(setup / "teacher"),
+        "--corpus",
+        str(setup / "corpus.jsonl"),
+        "--out",
+        str(tmp_path / "seg" / "train.json"),
+        "--seed",
+        "0",
+        "--preset",
+        "smoke",
+        "--model",
+        "tiny",
+    ]
     from torch.distributed.run import get_args_parser  # the command line passes through torchrun's parser intact
 
     launched = get_args_parser().parse_args(["--nproc_per_node=2", "-m", "ar2dlm.training.convert_run", *args])
@@ -323,7 +408,9 @@ def test_a_run_planned_in_segments_stops_with_a_checkpoint_and_its_retry_finishe
     with pytest.raises(SystemExit) as stop:
         main(args + ["--launch", json.dumps({"stop_after_hours": 1e-9})])
     assert stop.value.code == SEGMENT_DONE
-    assert (tmp_path / "seg" / "step_1" / "trainer_state.pt").is_file() and not (tmp_path / "seg" / "train.json").exists()
+    assert (tmp_path / "seg" / "step_1" / "trainer_state.pt").is_file() and not (
+        tmp_path / "seg" / "train.json"
+    ).exists()
     main(args)
     manifest = json.loads((tmp_path / "seg" / "train.json").read_text())
     assert manifest["resumed_from"] == 1 and manifest["stopped_at"] is None
@@ -339,10 +426,24 @@ def test_two_process_fsdp_rolls_out_on_policy_and_keeps_frozen_parameters(setup,
     script.write_text(DDP_SCRIPT)
     run = run_cfg("opd", steps=3, checkpoint_every=3)
     run["freeze"] = ["embeddings", "mlp"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
-           json.dumps(run), str(setup), str(tmp_path / "opd")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(script),
+        json.dumps(run),
+        str(setup),
+        str(tmp_path / "opd"),
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert all(r["distill"] > 0 for r in log(tmp_path / "opd"))
     before, after = weights(setup / "teacher"), weights(tmp_path / "opd" / "step_3")
@@ -357,8 +458,9 @@ def test_divergences():
     torch.manual_seed(0)
     t, s = torch.randn(5, 11), torch.randn(5, 11)
     fwd = divergence(t, s, "forward_kl")
-    ref = torch.nn.functional.kl_div(torch.log_softmax(s, -1), torch.log_softmax(t, -1), log_target=True,
-                                     reduction="none").sum(-1)
+    ref = torch.nn.functional.kl_div(
+        torch.log_softmax(s, -1), torch.log_softmax(t, -1), log_target=True, reduction="none"
+    ).sum(-1)
     torch.testing.assert_close(fwd, ref)
     torch.testing.assert_close(divergence(t, s, "reverse_kl"), divergence(s, t, "forward_kl"))
     jsd = divergence(t, s, "jsd")
@@ -404,7 +506,9 @@ def test_a_truncated_last_checkpoint_is_set_aside_and_the_run_resumes_from_the_o
     info = train(setup, copy.deepcopy(run), out)
     assert info["resumed_from"] == 4
     (aside,) = (out / "corrupt").iterdir()  # moved, never deleted
-    assert aside.name.startswith("step_6-") and (aside / "model.safetensors").stat().st_size < weights_file.stat().st_size
+    assert (
+        aside.name.startswith("step_6-") and (aside / "model.safetensors").stat().st_size < weights_file.stat().st_size
+    )
     a, b = weights(tmp_path / "straight" / "step_6"), weights(out / "step_6")
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -463,7 +567,9 @@ def test_flops_are_counted_per_part_and_add_up_in_the_manifest(setup, tmp_path, 
         assert (r["flops_rollout"] > 0) == (name == "opd")
     if name == "ra_freeze":
         assert trainable < n
-    assert info["flops"]["total"] == pytest.approx(sum(r["flops_student"] + r["flops_teacher"] + r["flops_rollout"] for r in rows))
+    assert info["flops"]["total"] == pytest.approx(
+        sum(r["flops_student"] + r["flops_teacher"] + r["flops_rollout"] for r in rows)
+    )
     assert info["tokens"] == sum(r["tokens"] for r in rows)
 
 
@@ -486,12 +592,24 @@ def test_a_staged_run_starts_from_its_source_runs_final_weights_and_counts_its_c
     staged["init"] = {"run": "ed"}
     with pytest.raises(ValueError, match="give that run's manifest"):
         train(setup, staged, tmp_path / "refused")
-    info = train_run(staged, setup / "teacher", setup / "corpus.jsonl", tmp_path / "opd", seed=0, preset="smoke",
-                     model_name="tiny", init_from=tmp_path / "ed" / "train.json")
+    info = train_run(
+        staged,
+        setup / "teacher",
+        setup / "corpus.jsonl",
+        tmp_path / "opd",
+        seed=0,
+        preset="smoke",
+        model_name="tiny",
+        init_from=tmp_path / "ed" / "train.json",
+    )
     final_source = weights(checkpoint_dir(tmp_path / "ed", 4))
     started = weights(checkpoint_dir(tmp_path / "opd", 2))
     assert all(torch.equal(final_source[k], started[k]) for k in final_source)
-    assert not all(torch.equal(final_source[k], weights(setup / "teacher")[k]) for k in final_source if k in weights(setup / "teacher"))
+    assert not all(
+        torch.equal(final_source[k], weights(setup / "teacher")[k])
+        for k in final_source
+        if k in weights(setup / "teacher")
+    )
     assert info["init"]["run"] == "ed" and info["tokens_with_init"] == info["tokens"] + source["tokens"]
     assert info["flops"]["with_init"] == pytest.approx(info["flops"]["total"] + source["flops"]["total"])
 
@@ -506,7 +624,9 @@ def test_staged_runs_are_checked_when_the_config_loads():
     assert conversion_settings(cfg, "staged")["init"]["settings"] == conversion_settings(cfg, "ed")
     cfg["studies"]["staged"] = {"runs": ["staged"], "evals": ["synthetic_code"]}
     table_config = study_config(cfg, "staged")  # what the study's table resolves its runs from
-    assert set(table_config["runs"]) == {"staged", "ed"} and resolve_run(table_config, "staged")["init"] == {"run": "ed"}
+    assert set(table_config["runs"]) == {"staged", "ed"} and resolve_run(table_config, "staged")["init"] == {
+        "run": "ed"
+    }
     cfg["runs"]["ed"]["init"] = {"run": "staged"}
     with pytest.raises(ConfigError, match="in a loop: staged -> ed -> staged"):
         resolve_run(cfg, "staged")
@@ -544,8 +664,11 @@ class _ThreadRanks:
         real = checkpointing.file_sha256
         monkeypatch.setattr(checkpointing, "gathered", self.gathered)
         monkeypatch.setattr(checkpointing, "from_main", self.from_main)
-        monkeypatch.setattr(checkpointing, "file_sha256", lambda path: self.hashed.append(
-            (int(threading.current_thread().name), path.name)) or real(path))
+        monkeypatch.setattr(
+            checkpointing,
+            "file_sha256",
+            lambda path: self.hashed.append((int(threading.current_thread().name), path.name)) or real(path),
+        )
         results = [None] * self.world
 
         def rank(r):

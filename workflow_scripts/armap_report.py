@@ -1,16 +1,34 @@
-from ar2dlm.reporting.armap import armap_machines, gamma_figure, main_table, merges_table, shadowing_figure
 from ar2dlm.provenance import log_to
+from ar2dlm.reporting.armap import armap_machines, gamma_figure, main_table, merges_table, shadowing_figure
 from ar2dlm.reporting.tables import provenance_footer, write_table
 
 log_to(snakemake.log[0])
 config, out = snakemake.params.config, snakemake.output
 a = config["armap"]
-header = (f"Preset `{config['preset']}`, runs {', '.join(a['runs'])}, seeds {', '.join(map(str, a['seeds']))}. "
-          "Measured by this pipeline; mean ± standard deviation over seeds.")
+header = (
+    f"Preset `{config['preset']}`, runs {', '.join(a['runs'])}, seeds {', '.join(map(str, a['seeds']))}. "
+    "Measured by this pipeline; mean ± standard deviation over seeds."
+)
 footer = provenance_footer(settings=a, machines=armap_machines(config))
-write_table(main_table(config), "AR-MAP: main table", header, config["preset"], out.main, out.main_csv, out.main_tex,
-            footer=footer)
-write_table(merges_table(config), "AR-MAP: task arithmetic vs TIES vs DARE", header, config["preset"], out.merges,
-            out.merges_csv, out.merges_tex, footer=footer)
+write_table(
+    main_table(config),
+    "AR-MAP: main table",
+    header,
+    config["preset"],
+    out.main,
+    out.main_csv,
+    out.main_tex,
+    footer=footer,
+)
+write_table(
+    merges_table(config),
+    "AR-MAP: task arithmetic vs TIES vs DARE",
+    header,
+    config["preset"],
+    out.merges,
+    out.merges_csv,
+    out.merges_tex,
+    footer=footer,
+)
 gamma_figure(config, out.gamma_pdf, out.gamma_png)
 shadowing_figure(config, out.shadow_pdf, out.shadow_png)

@@ -1,10 +1,19 @@
 from ar2dlm.armap.pipeline import preference_rows, search
-from ar2dlm.provenance import log_to
 from ar2dlm.pipeline.layout import final_checkpoint
+from ar2dlm.provenance import log_to
 
 log_to(snakemake.log[0], snakemake.threads)
 inp, out, wc, p = snakemake.input, snakemake.output, snakemake.wildcards, snakemake.params
 dlm = final_checkpoint(inp.manifest)
 cfg = {**p.cfg["gamma"], "merges": p.cfg["merges"], "max_length": p.cfg["max_length"]}
-search(inp.teacher, inp.dpo, dlm, preference_rows(inp.eval, cfg["eval_pairs"]), cfg, wc.merge, out.curve, out.model,
-       seed=int(wc.seed))
+search(
+    inp.teacher,
+    inp.dpo,
+    dlm,
+    preference_rows(inp.eval, cfg["eval_pairs"]),
+    cfg,
+    wc.merge,
+    out.curve,
+    out.model,
+    seed=int(wc.seed),
+)

@@ -3,5 +3,15 @@ from ar2dlm.provenance import log_to
 
 log_to(snakemake.log[0])
 w = snakemake.wildcards
-print(build_token_rows(snakemake.input.source, snakemake.input.tokenizer, w.source, w.selection, int(w.seq_len),
-                       snakemake.output[0], workers=snakemake.threads, shard_dirs=list(snakemake.input.shards)))
+print(
+    build_token_rows(
+        snakemake.input.source,
+        snakemake.input.tokenizer,
+        w.source,
+        w.selection,
+        int(w.seq_len),
+        snakemake.output[0],
+        workers=snakemake.threads,
+        shard_dirs=list(snakemake.input.shards),
+    )
+)

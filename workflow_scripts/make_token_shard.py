@@ -3,5 +3,16 @@ from ar2dlm.provenance import log_to
 
 log_to(snakemake.log[0])
 w = snakemake.wildcards
-print(build_token_shard(snakemake.input.source, snakemake.input.tokenizer, w.source, w.selection, int(w.seq_len),
-                        snakemake.output[0], shard=int(w.shard), shards=int(w.shards), workers=snakemake.threads))
+print(
+    build_token_shard(
+        snakemake.input.source,
+        snakemake.input.tokenizer,
+        w.source,
+        w.selection,
+        int(w.seq_len),
+        snakemake.output[0],
+        shard=int(w.shard),
+        shards=int(w.shards),
+        workers=snakemake.threads,
+    )
+)

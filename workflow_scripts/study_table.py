@@ -7,5 +7,14 @@ log_to(snakemake.log[0])
 config, study, out = snakemake.params.config, snakemake.wildcards.study, snakemake.output
 table, context = study_table(config, study)
 reported = reported_rows(yaml.safe_load(open(snakemake.input.reported)) or {}, study, config["preset"])
-write_table(table, study, study_header(context), config["preset"], out.md, out.csv, out.tex, reported,
-            provenance_footer(context["eval_commits"], config["studies"][study], context["machines"]))
+write_table(
+    table,
+    study,
+    study_header(context),
+    config["preset"],
+    out.md,
+    out.csv,
+    out.tex,
+    reported,
+    provenance_footer(context["eval_commits"], config["studies"][study], context["machines"]),
+)

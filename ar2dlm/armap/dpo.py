@@ -55,14 +55,30 @@ def dpo_args(cfg: dict, seed: int, output_dir: str, precompute_ref: bool = False
 
     gpu = torch.cuda.is_available()
     accum = cfg.get("grad_accum", 1)
-    return DPOConfig(output_dir=output_dir, beta=cfg["beta"], max_steps=cfg["steps"], learning_rate=cfg["lr"],
-                     per_device_train_batch_size=cfg["batch_size"] // accum, gradient_accumulation_steps=accum,
-                     per_device_eval_batch_size=cfg["batch_size"] // accum, activation_checkpointing=gpu,
-                     lr_scheduler_type="cosine", warmup_steps=max(1, cfg["steps"] // 10),
-                     max_length=cfg["max_length"], logging_steps=10, save_strategy="steps",
-                     save_steps=checkpoint_every(cfg), save_total_limit=1, eval_strategy="no",
-                     precompute_ref_log_probs=precompute_ref, report_to=[], use_cpu=not gpu, bf16=gpu, seed=seed,
-                     data_seed=seed)
+    return DPOConfig(
+        output_dir=output_dir,
+        beta=cfg["beta"],
+        max_steps=cfg["steps"],
+        learning_rate=cfg["lr"],
+        per_device_train_batch_size=cfg["batch_size"] // accum,
+        gradient_accumulation_steps=accum,
+        per_device_eval_batch_size=cfg["batch_size"] // accum,
+        activation_checkpointing=gpu,
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, cfg["steps"] // 10),
+        max_length=cfg["max_length"],
+        logging_steps=10,
+        save_strategy="steps",
+        save_steps=checkpoint_every(cfg),
+        save_total_limit=1,
+        eval_strategy="no",
+        precompute_ref_log_probs=precompute_ref,
+        report_to=[],
+        use_cpu=not gpu,
+        bf16=gpu,
+        seed=seed,
+        data_seed=seed,
+    )
 
 
 def lora_config(lora: dict | None):
@@ -71,8 +87,13 @@ def lora_config(lora: dict | None):
         return None
     from peft import LoraConfig
 
-    return LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora.get("dropout", 0.0),
-                      target_modules=lora.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=lora["r"],
+        lora_alpha=lora["alpha"],
+        lora_dropout=lora.get("dropout", 0.0),
+        target_modules=lora.get("target_modules", "all-linear"),
+        task_type="CAUSAL_LM",
+    )
 
 
 def _dataset(rows):
@@ -110,9 +131,16 @@ def make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, output
     cls = DPOTrainer if not conv.is_diffusion else _dlm_trainer_class()
     kwargs = {} if not conv.is_diffusion else {"conventions": conv, "elbo_samples": cfg["elbo_samples"]}
     precompute = ref is None and not cfg.get("lora")
-    return cls(model=model, ref_model=ref, args=dpo_args(cfg, seed, output_dir, precompute),
-               train_dataset=_dataset(train_rows), eval_dataset=_dataset(eval_rows), processing_class=tok,
-               peft_config=lora_config(cfg.get("lora")), **kwargs)
+    return cls(
+        model=model,
+        ref_model=ref,
+        args=dpo_args(cfg, seed, output_dir, precompute),
+        train_dataset=_dataset(train_rows),
+        eval_dataset=_dataset(eval_rows),
+        processing_class=tok,
+        peft_config=lora_config(cfg.get("lora")),
+        **kwargs,
+    )
 
 
 def _dlm_trainer_class():
@@ -155,8 +183,16 @@ def _dlm_trainer_class():
     return DLMDPOTrainer
 
 
-def train_dpo(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir, cfg: dict, seed: int,
-              domains: list[str], launch: dict | None = None) -> dict:
+def train_dpo(
+    model_dir,
+    train_rows: list[dict],
+    eval_rows: list[dict],
+    out_dir,
+    cfg: dict,
+    seed: int,
+    domains: list[str],
+    launch: dict | None = None,
+) -> dict:
     """DPO of the model in ``model_dir`` (the AR teacher, or a DLM: AR-MAP's direct baseline) on
     preference pairs; saves an HF folder with the model's conventions and the provenance: TRL's
     log, and the held-out reward accuracy before and after (for a DLM, scored with the core ELBO on
@@ -171,8 +207,11 @@ def train_dpo(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir,
     model, tok, conv, info = load_model(model_dir, dtype=torch.bfloat16 if lora and gpu else torch.float32)
     # the reference: the adapter disabled (LoRA), precomputed log-probabilities (full DPO of a causal
     # model) or a frozen copy (full DPO of a DLM)
-    ref = load_model(model_dir, dtype=torch.float32).model.eval().requires_grad_(False) \
-        if conv.is_diffusion and not lora else None
+    ref = (
+        load_model(model_dir, dtype=torch.float32).model.eval().requires_grad_(False)
+        if conv.is_diffusion and not lora
+        else None
+    )
     if conv.is_diffusion:
         from .gamma import reference_scores, reward_accuracy
 
@@ -194,12 +233,23 @@ def train_dpo(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir,
         result = trainer.evaluate()
         after, eval_loss = result["eval_rewards/accuracies"], result["eval_loss"]
         trained = _merged(trainer.model)
-    provenance = {**conv.to_dict(), "method": "dlm_dpo" if conv.is_diffusion else "ar_dpo",
-                  "base_model": str(model_dir), "domains": domains, "seed": seed, "dpo": cfg,
-                  "train_pairs": len(train_rows), "eval_pairs": len(eval_rows),
-                  "reward_accuracy_before": before, "reward_accuracy": after, "eval_loss": eval_loss,
-                  "resumed_from_step": checkpoint_step(resume), "wall_seconds": round(time.time() - t0, 1),
-                  "log": trainer.state.log_history, "versions": library_versions()}
+    provenance = {
+        **conv.to_dict(),
+        "method": "dlm_dpo" if conv.is_diffusion else "ar_dpo",
+        "base_model": str(model_dir),
+        "domains": domains,
+        "seed": seed,
+        "dpo": cfg,
+        "train_pairs": len(train_rows),
+        "eval_pairs": len(eval_rows),
+        "reward_accuracy_before": before,
+        "reward_accuracy": after,
+        "eval_loss": eval_loss,
+        "resumed_from_step": checkpoint_step(resume),
+        "wall_seconds": round(time.time() - t0, 1),
+        "log": trainer.state.log_history,
+        "versions": library_versions(),
+    }
     publish(trained, tok, out_dir, provenance)
     shutil.rmtree(work)  # the run is complete: its checkpoints resume nothing
     return provenance
@@ -221,16 +271,32 @@ def sharded_dpo_run(cfg: dict, conventions: dict, launch: dict) -> dict:
     from ..methods.registry import settings
 
     gpu = torch.cuda.is_available()
-    return settings({
-        "name": "dpo", "method": "dpo", "attention": conventions["attention"], "shift": conventions["shift"],
-        "block_size": conventions["block_size"],
-        "preference": {k: cfg[k] for k in ("beta", "elbo_samples") if k in cfg},
-        "training": {"batch_size": cfg["batch_size"], "grad_accum": cfg.get("grad_accum", 1),
-                     "seq_len": cfg["max_length"], "steps": cfg["steps"], "lr": cfg["lr"], "warmup_steps": max(1, cfg["steps"] // 10),
-                     "weight_decay": 0.0, "grad_clip": 1.0, "dtype": "bf16" if gpu else "fp32",
-                     "checkpoint_every": cfg.get("checkpoint_every", cfg["steps"]), "log_every": 10,
-                     "export_dtype": "fp32", "keep_states": 1,
-                     "activation_checkpointing": launch.get("activation_checkpointing", gpu)}})
+    return settings(
+        {
+            "name": "dpo",
+            "method": "dpo",
+            "attention": conventions["attention"],
+            "shift": conventions["shift"],
+            "block_size": conventions["block_size"],
+            "preference": {k: cfg[k] for k in ("beta", "elbo_samples") if k in cfg},
+            "training": {
+                "batch_size": cfg["batch_size"],
+                "grad_accum": cfg.get("grad_accum", 1),
+                "seq_len": cfg["max_length"],
+                "steps": cfg["steps"],
+                "lr": cfg["lr"],
+                "warmup_steps": max(1, cfg["steps"] // 10),
+                "weight_decay": 0.0,
+                "grad_clip": 1.0,
+                "dtype": "bf16" if gpu else "fp32",
+                "checkpoint_every": cfg.get("checkpoint_every", cfg["steps"]),
+                "log_every": 10,
+                "export_dtype": "fp32",
+                "keep_states": 1,
+                "activation_checkpointing": launch.get("activation_checkpointing", gpu),
+            },
+        }
+    )
 
 
 def pair_reward_accuracy(model, ref, tok, conv, rows: list[dict], cfg: dict, seed: int) -> float:
@@ -242,16 +308,25 @@ def pair_reward_accuracy(model, ref, tok, conv, rows: list[dict], cfg: dict, see
     if conv.is_diffusion:
         n = cfg["eval_elbo_samples"]
         refs = reference_scores(ref, conv, rows, tok, n_samples=n, seed=seed, max_length=cfg["max_length"])
-        return reward_accuracy(model, conv, rows, tok, refs, beta=cfg["beta"], n_samples=n, seed=seed,
-                               max_length=cfg["max_length"])
+        return reward_accuracy(
+            model, conv, rows, tok, refs, beta=cfg["beta"], n_samples=n, seed=seed, max_length=cfg["max_length"]
+        )
     wins, loses = _pairs(tok, rows, cfg["max_length"])
     score = lambda m, pairs: torch.tensor(ar_loglikelihood(m, pairs, tok.pad_token_id))  # noqa: E731
     margin = (score(model, wins) - score(ref, wins)) - (score(model, loses) - score(ref, loses))
     return float((cfg["beta"] * margin > 0).float().mean())
 
 
-def train_dpo_sharded(model_dir, train_rows: list[dict], eval_rows: list[dict], out_dir, cfg: dict, seed: int,
-                      domains: list[str], launch: dict | None = None) -> dict | None:
+def train_dpo_sharded(
+    model_dir,
+    train_rows: list[dict],
+    eval_rows: list[dict],
+    out_dir,
+    cfg: dict,
+    seed: int,
+    domains: list[str],
+    launch: dict | None = None,
+) -> dict | None:
     """Full DPO under torchrun, every process calling this: the trainer's checkpoints go to
     ``<out_dir>.train/`` (a killed job resumes there, on any number of processes), and rank 0 writes
     the final weights to ``out_dir`` with the provenance ``train_dpo`` writes. A segment stopped by
@@ -276,8 +351,7 @@ def train_dpo_sharded(model_dir, train_rows: list[dict], eval_rows: list[dict], 
     conventions = load_conventions(model_dir)
     run = sharded_dpo_run(cfg, conventions, launch or {})
     t0 = time.time()
-    info = train_run(run, model_dir, pairs, work, seed=seed, preset="", model_name=Path(model_dir).name,
-                     launch=launch)
+    info = train_run(run, model_dir, pairs, work, seed=seed, preset="", model_name=Path(model_dir).name, launch=launch)
     if info["stopped_at"] is not None:  # a segment of a run planned in several: its retry resumes
         return {"stopped_at": info["stopped_at"], "steps": cfg["steps"]}
     if rank != 0:
@@ -286,12 +360,23 @@ def train_dpo_sharded(model_dir, train_rows: list[dict], eval_rows: list[dict], 
     model, tok, conv, _ = load_model(final)
     ref = load_model(model_dir).model.eval()
     before, after = (pair_reward_accuracy(m, ref, tok, conv, eval_rows, cfg, seed) for m in (ref, model))
-    provenance = {**conv.to_dict(), "method": "dlm_dpo" if conv.is_diffusion else "ar_dpo",
-                  "base_model": str(model_dir), "domains": domains, "seed": seed, "dpo": cfg,
-                  "train_pairs": len(train_rows), "eval_pairs": len(eval_rows), "reward_accuracy_before": before,
-                  "reward_accuracy": after, "eval_loss": None, "sharded": {"processes": world, "trainer": info},
-                  "wall_seconds": round(time.time() - t0, 1), "log": read_jsonl(work / "log.jsonl"),
-                  "versions": library_versions()}
+    provenance = {
+        **conv.to_dict(),
+        "method": "dlm_dpo" if conv.is_diffusion else "ar_dpo",
+        "base_model": str(model_dir),
+        "domains": domains,
+        "seed": seed,
+        "dpo": cfg,
+        "train_pairs": len(train_rows),
+        "eval_pairs": len(eval_rows),
+        "reward_accuracy_before": before,
+        "reward_accuracy": after,
+        "eval_loss": None,
+        "sharded": {"processes": world, "trainer": info},
+        "wall_seconds": round(time.time() - t0, 1),
+        "log": read_jsonl(work / "log.jsonl"),
+        "versions": library_versions(),
+    }
     save_model(model, tok, out_dir, provenance)
     return provenance
 

@@ -32,8 +32,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--job-log", default=None)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--launch", default="{}", help="the plan's launch choices as JSON (activation_checkpointing, "
-                    "shard_teacher, stop_after_hours)")
+    ap.add_argument(
+        "--launch",
+        default="{}",
+        help="the plan's launch choices as JSON (activation_checkpointing, shard_teacher, stop_after_hours)",
+    )
     a = ap.parse_args(argv)
     if len(a.domains) != len(a.train):
         ap.error(f"--domains names {len(a.domains)} domains for {len(a.train)} --train files")
@@ -50,8 +53,11 @@ def main(argv: list[str] | None = None) -> None:
     else:
         result = train_dpo(model, train, held, a.out, cfg, a.seed, a.domains, launch)
     if result is not None and result.get("stopped_at") is not None:
-        print(f"stopped after step {result['stopped_at']} of {result['steps']} with a checkpoint, before the job's "
-              "time limit; its retry resumes from it", file=sys.stderr)
+        print(
+            f"stopped after step {result['stopped_at']} of {result['steps']} with a checkpoint, before the job's "
+            "time limit; its retry resumes from it",
+            file=sys.stderr,
+        )
         sys.exit(SEGMENT_DONE)
 
 

@@ -37,7 +37,7 @@ def scorable(tok, rows: list[dict], max_length: int | None) -> list[dict]:
 
 def _keep_start(pair: tuple[list[int], list[int]], max_length: int | None) -> tuple[list[int], list[int]]:
     prompt, completion = pair
-    return pair if max_length is None else (prompt, completion[:max_length - len(prompt)])
+    return pair if max_length is None else (prompt, completion[: max_length - len(prompt)])
 
 
 def _pairs(tok, rows, max_length: int | None = None):
@@ -65,28 +65,61 @@ def _elbos(model, conv, pairs, n_samples, seed, offset, batch_size):
     return torch.tensor([r["elbo"] for r in elbos])
 
 
-def reference_scores(ref, conv, rows: list[dict], tok, *, n_samples: int, seed: int, batch_size: int = 32,
-                     max_length: int | None = None) -> tuple:
+def reference_scores(
+    ref, conv, rows: list[dict], tok, *, n_samples: int, seed: int, batch_size: int = 32, max_length: int | None = None
+) -> tuple:
     """ELBOs of the chosen and the rejected responses under the reference model (``batch_size``
     masked copies per forward), on the pairs cut to ``max_length`` (:func:`_pairs`)."""
     wins, loses = _pairs(tok, rows, max_length)
-    return (_elbos(ref, conv, wins, n_samples, seed, 0, batch_size),
-            _elbos(ref, conv, loses, n_samples, seed, 1, batch_size))
+    return (
+        _elbos(ref, conv, wins, n_samples, seed, 0, batch_size),
+        _elbos(ref, conv, loses, n_samples, seed, 1, batch_size),
+    )
 
 
-def reward_accuracy(model, conv, rows: list[dict], tok, refs: tuple, *, beta: float, n_samples: int,
-                    seed: int, batch_size: int = 32, max_length: int | None = None) -> float:
+def reward_accuracy(
+    model,
+    conv,
+    rows: list[dict],
+    tok,
+    refs: tuple,
+    *,
+    beta: float,
+    n_samples: int,
+    seed: int,
+    batch_size: int = 32,
+    max_length: int | None = None,
+) -> float:
     """Share of pairs whose implicit reward margin against the reference (``refs``, from
     :func:`reference_scores` with the same seed and ``max_length``: the same masks) is positive."""
-    (rw, rl), (mw, ml) = refs, reference_scores(model, conv, rows, tok, n_samples=n_samples, seed=seed,
-                                                batch_size=batch_size, max_length=max_length)
+    (rw, rl), (mw, ml) = (
+        refs,
+        reference_scores(
+            model, conv, rows, tok, n_samples=n_samples, seed=seed, batch_size=batch_size, max_length=max_length
+        ),
+    )
     return float((beta * (mw - rw) > beta * (ml - rl)).float().mean())
 
 
 @torch.no_grad()
-def gamma_search(model, conv, tok, dlm, tuned, pre, rows: list[dict], *, grid: list[float], merge: str,
-                 options: dict, beta: float, n_samples: int, seed: int, batch_size: int = 32,
-                 max_length: int | None = None) -> dict:
+def gamma_search(
+    model,
+    conv,
+    tok,
+    dlm,
+    tuned,
+    pre,
+    rows: list[dict],
+    *,
+    grid: list[float],
+    merge: str,
+    options: dict,
+    beta: float,
+    n_samples: int,
+    seed: int,
+    batch_size: int = 32,
+    max_length: int | None = None,
+) -> dict:
     """The reward-accuracy curve over ``grid``; ``model`` (the DLM's architecture) is set to each
     merge ``dlm + gamma * merged(tuned - pre)`` from the folders' weights (``FolderWeights``), one
     tensor at a time, and ends at gamma_hat. Pairs are cut to ``max_length`` as DPO cut them."""
@@ -99,13 +132,28 @@ def gamma_search(model, conv, tok, dlm, tuned, pre, rows: list[dict], *, grid: l
     for gamma in grid:
         t0 = time.time()
         set_gamma(gamma)
-        acc = {name: reward_accuracy(model, conv, part, tok, refs[name], beta=beta, **kw)
-               for name, part in halves.items()}
-        curve.append({"gamma": gamma, "reward_accuracy": acc["search"], "test_reward_accuracy": acc["test"],
-                      "seconds": round(time.time() - t0, 2)})
+        acc = {
+            name: reward_accuracy(model, conv, part, tok, refs[name], beta=beta, **kw) for name, part in halves.items()
+        }
+        curve.append(
+            {
+                "gamma": gamma,
+                "reward_accuracy": acc["search"],
+                "test_reward_accuracy": acc["test"],
+                "seconds": round(time.time() - t0, 2),
+            }
+        )
     best = max(curve, key=lambda r: (r["reward_accuracy"], -r["gamma"]))
     set_gamma(best["gamma"])
-    return {"curve": curve, "gamma_hat": best["gamma"], "reward_accuracy_at_gamma_hat": best["reward_accuracy"],
-            "merge": merge, "options": options, "beta": beta, "elbo_samples": n_samples, "max_length": max_length,
-            "search_pairs": len(scorable(tok, halves["search"], max_length)),
-            "test_pairs": len(scorable(tok, halves["test"], max_length))}
+    return {
+        "curve": curve,
+        "gamma_hat": best["gamma"],
+        "reward_accuracy_at_gamma_hat": best["reward_accuracy"],
+        "merge": merge,
+        "options": options,
+        "beta": beta,
+        "elbo_samples": n_samples,
+        "max_length": max_length,
+        "search_pairs": len(scorable(tok, halves["search"], max_length)),
+        "test_pairs": len(scorable(tok, halves["test"], max_length)),
+    }

@@ -11,8 +11,8 @@ is the input. Every merge keeps the base's dtype; arithmetic runs in float32.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -52,7 +52,9 @@ def dare_tensor(t: torch.Tensor, p: float, generator: torch.Generator) -> torch.
 
 @dataclass(frozen=True)
 class Merge:
-    vector: Callable[[torch.Tensor, dict, torch.Generator], torch.Tensor]  # (tau tensor, options, generator) -> transferred
+    vector: Callable[
+        [torch.Tensor, dict, torch.Generator], torch.Tensor
+    ]  # (tau tensor, options, generator) -> transferred
     options: tuple[str, ...]  # its config keys (armap.merges.<name>)
 
 

@@ -42,13 +42,43 @@ def search(teacher_dir, dpo_dir, dlm_dir, eval_rows: list[dict], cfg: dict, merg
     model, tok, conv, info = load_model(dlm_dir, dtype=torch.float32)
     if not conv.is_diffusion:
         raise ValueError(f"{dlm_dir} is causal; AR-MAP transfers preferences to a DLM")
-    result = gamma_search(model, conv, tok, dlm, dpo, ar, eval_rows, grid=cfg["grid"], merge=merge,
-                          options=cfg["merges"][merge], beta=cfg["beta"], n_samples=cfg["elbo_samples"], seed=seed,
-                          batch_size=cfg["batch_size"], max_length=cfg.get("max_length"))
-    result.update(dlm=str(dlm_dir), preference_model=str(dpo_dir), teacher=str(teacher_dir), seed=seed,
-                  wall_seconds=round(time.time() - t0, 1), versions=library_versions("fp32"))
-    save_model(model, tok, out_model, {**info, "method": f"armap_{merge}", "base_model": str(dlm_dir),
-                                       "preference_model": str(dpo_dir), "gamma": result["gamma_hat"],
-                                       "versions": library_versions()})
+    result = gamma_search(
+        model,
+        conv,
+        tok,
+        dlm,
+        dpo,
+        ar,
+        eval_rows,
+        grid=cfg["grid"],
+        merge=merge,
+        options=cfg["merges"][merge],
+        beta=cfg["beta"],
+        n_samples=cfg["elbo_samples"],
+        seed=seed,
+        batch_size=cfg["batch_size"],
+        max_length=cfg.get("max_length"),
+    )
+    result.update(
+        dlm=str(dlm_dir),
+        preference_model=str(dpo_dir),
+        teacher=str(teacher_dir),
+        seed=seed,
+        wall_seconds=round(time.time() - t0, 1),
+        versions=library_versions("fp32"),
+    )
+    save_model(
+        model,
+        tok,
+        out_model,
+        {
+            **info,
+            "method": f"armap_{merge}",
+            "base_model": str(dlm_dir),
+            "preference_model": str(dpo_dir),
+            "gamma": result["gamma_hat"],
+            "versions": library_versions(),
+        },
+    )
     write_json(out_json, result)
     return result

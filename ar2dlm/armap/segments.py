@@ -46,8 +46,13 @@ def work_dir(out_dir, settings: dict) -> Path:
 
 def run_settings(model_dir, cfg: dict, seed: int, train_rows: list[dict], eval_rows: list[dict]) -> dict:
     """What a resumed segment must share with the segments before it: model, settings, seed and pairs."""
-    return {"model": str(model_dir), "dpo": cfg, "seed": seed, "train_pairs": settings_hash(train_rows),
-            "eval_pairs": settings_hash(eval_rows)}
+    return {
+        "model": str(model_dir),
+        "dpo": cfg,
+        "seed": seed,
+        "train_pairs": settings_hash(train_rows),
+        "eval_pairs": settings_hash(eval_rows),
+    }
 
 
 def last_checkpoint(work: Path) -> Path | None:

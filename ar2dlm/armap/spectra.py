@@ -16,9 +16,17 @@ import pandas as pd
 import torch
 
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
-MODULE_TYPES = {"q_proj": "attention", "k_proj": "attention", "v_proj": "attention", "o_proj": "attention",
-                "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp", "embed_tokens": "embeddings",
-                "lm_head": "lm_head"}
+MODULE_TYPES = {
+    "q_proj": "attention",
+    "k_proj": "attention",
+    "v_proj": "attention",
+    "o_proj": "attention",
+    "gate_proj": "mlp",
+    "up_proj": "mlp",
+    "down_proj": "mlp",
+    "embed_tokens": "embeddings",
+    "lm_head": "lm_head",
+}
 
 
 def matrix_stats(m: torch.Tensor, top_k: int = 8) -> dict:
@@ -29,9 +37,12 @@ def matrix_stats(m: torch.Tensor, top_k: int = 8) -> dict:
         return {"spectral_norm": 0.0, "frobenius_norm": 0.0, "effective_rank": 0.0, f"top{top_k}_energy": 0.0}
     p = s / s.sum()
     p = p[p > 0]
-    return {"spectral_norm": float(s[0]), "frobenius_norm": total ** 0.5,
-            "effective_rank": float(torch.exp(-(p * p.log()).sum())),
-            f"top{top_k}_energy": float(energy[:top_k].sum() / total)}
+    return {
+        "spectral_norm": float(s[0]),
+        "frobenius_norm": total**0.5,
+        "effective_rank": float(torch.exp(-(p * p.log()).sum())),
+        f"top{top_k}_energy": float(energy[:top_k].sum() / total),
+    }
 
 
 def describe(name: str) -> tuple[int | None, str]:
@@ -45,9 +56,15 @@ def spectra_row(name: str, pref: torch.Tensor, diffusion: torch.Tensor, top_k: i
     """One matrix's row of the spectra table: both task vectors' statistics and the shadowing ratio."""
     layer, module = describe(name)
     a, b = matrix_stats(pref, top_k), matrix_stats(diffusion, top_k)
-    return {"parameter": name, "layer": layer, "module": module, "module_type": MODULE_TYPES.get(module, module),
-            **{f"pref_{k}": v for k, v in a.items()}, **{f"diffusion_{k}": v for k, v in b.items()},
-            "shadowing_ratio": b["spectral_norm"] / a["spectral_norm"] if a["spectral_norm"] else float("inf")}
+    return {
+        "parameter": name,
+        "layer": layer,
+        "module": module,
+        "module_type": MODULE_TYPES.get(module, module),
+        **{f"pref_{k}": v for k, v in a.items()},
+        **{f"diffusion_{k}": v for k, v in b.items()},
+        "shadowing_ratio": b["spectral_norm"] / a["spectral_norm"] if a["spectral_norm"] else float("inf"),
+    }
 
 
 def streamed_spectra(ar, dpo, dlm, top_k: int = 8, device="cpu") -> pd.DataFrame:

@@ -25,14 +25,22 @@ def position_ids(valid: torch.Tensor) -> torch.Tensor:
 def block_ids(valid: torch.Tensor, prompt_lens: torch.Tensor | None, block_size: int) -> torch.Tensor:
     """Block index per token: 0 for the prompt, 1 + k // block_size for response token k, -1 on padding."""
     pos = position_ids(valid)
-    plen = torch.zeros(valid.shape[0], 1, dtype=torch.long, device=valid.device) if prompt_lens is None \
+    plen = (
+        torch.zeros(valid.shape[0], 1, dtype=torch.long, device=valid.device)
+        if prompt_lens is None
         else prompt_lens.view(-1, 1).to(valid.device)
+    )
     blocks = torch.where(pos < plen, torch.zeros_like(pos), 1 + (pos - plen).div(block_size, rounding_mode="floor"))
     return torch.where(valid.bool(), blocks, torch.full_like(blocks, -1))
 
 
-def mask_mod(mode: str, valid: torch.Tensor, prompt_lens: torch.Tensor | None = None, block_size: int | None = None,
-             two_copy: bool = False):
+def mask_mod(
+    mode: str,
+    valid: torch.Tensor,
+    prompt_lens: torch.Tensor | None = None,
+    block_size: int | None = None,
+    two_copy: bool = False,
+):
     """The rule ``mod(b, h, q, k) -> may q attend to k`` for a (B, T) batch.
 
     ``two_copy`` is Efficient-DLM's 2L layout (clean copy then noisy copy, length 2T, block mode):
@@ -82,15 +90,28 @@ def build_mask(mod, batch: int, length: int, dtype: torch.dtype, device=None, fl
     return dense(mod, batch, length, length, dtype, device)
 
 
-def attention_mask(mode: str, valid: torch.Tensor, dtype: torch.dtype = torch.float32,
-                   prompt_lens: torch.Tensor | None = None, block_size: int | None = None, flex: bool = False):
+def attention_mask(
+    mode: str,
+    valid: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+    prompt_lens: torch.Tensor | None = None,
+    block_size: int | None = None,
+    flex: bool = False,
+):
     """Full-sequence mask for ``mode`` over a (B, T) batch whose ``valid`` marks non-padding."""
     mod = mask_mod(mode, valid, prompt_lens, block_size)
     return build_mask(mod, valid.shape[0], valid.shape[1], dtype, valid.device, flex)
 
 
-def two_copy_inputs(clean: torch.Tensor, noisy: torch.Tensor, valid: torch.Tensor, prompt_lens: torch.Tensor | None,
-                    block_size: int, dtype: torch.dtype = torch.float32, flex: bool = False):
+def two_copy_inputs(
+    clean: torch.Tensor,
+    noisy: torch.Tensor,
+    valid: torch.Tensor,
+    prompt_lens: torch.Tensor | None,
+    block_size: int,
+    dtype: torch.dtype = torch.float32,
+    flex: bool = False,
+):
     """Efficient-DLM's 2L training layout: (input_ids (B, 2T), position_ids (B, 2T), mask).
 
     Both halves share position ids, so the noisy half's outputs equal those of running the clean

@@ -29,12 +29,18 @@ class Conventions:
         return self.attention != "causal"
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Conventions":
+    def from_dict(cls, d: dict) -> Conventions:
         missing = [k for k in ("attention", "shift", "mask_token_id", "eos_token_id", "pad_token_id") if k not in d]
         if missing:
             raise ValueError(f"conventions JSON lacks {', '.join(missing)}")
-        return cls(attention=d["attention"], shift=bool(d["shift"]), mask_token_id=d["mask_token_id"],
-                   eos_token_id=d["eos_token_id"], pad_token_id=d["pad_token_id"], block_size=d.get("block_size"))
+        return cls(
+            attention=d["attention"],
+            shift=bool(d["shift"]),
+            mask_token_id=d["mask_token_id"],
+            eos_token_id=d["eos_token_id"],
+            pad_token_id=d["pad_token_id"],
+            block_size=d.get("block_size"),
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -33,7 +33,7 @@ class NoisedBatch:
     prompt_lens: torch.Tensor  # (B,)
     prob: torch.Tensor  # (B, T) masking probability of each eligible token
 
-    def select(self, rows: torch.Tensor) -> "NoisedBatch":
+    def select(self, rows: torch.Tensor) -> NoisedBatch:
         """The given rows (a process's share of a batch whose masks were drawn for every row)."""
         return NoisedBatch(*(getattr(self, f.name)[rows] for f in fields(self)))
 
@@ -51,8 +51,8 @@ def collate(rows: list[tuple[list[int], int]], pad_id: int):
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     valid = torch.zeros_like(ids)
     for i, (r, _) in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r)
-        valid[i, :len(r)] = 1
+        ids[i, : len(r)] = torch.tensor(r)
+        valid[i, : len(r)] = 1
     return ids, valid, torch.tensor([p for _, p in rows])
 
 
@@ -82,9 +82,17 @@ def masking_probs(valid, prompt_lens, conv: Conventions, beta: float, eps: float
     return t.pow(torch.exp(-beta * (u - 0.5)))
 
 
-def noise(clean: torch.Tensor, valid: torch.Tensor, prompt_lens: torch.Tensor, conv: Conventions, *,
-          beta: float = 0.0, eps: float = 1e-3, generator: torch.Generator | None = None,
-          complement_of: NoisedBatch | None = None) -> NoisedBatch:
+def noise(
+    clean: torch.Tensor,
+    valid: torch.Tensor,
+    prompt_lens: torch.Tensor,
+    conv: Conventions,
+    *,
+    beta: float = 0.0,
+    eps: float = 1e-3,
+    generator: torch.Generator | None = None,
+    complement_of: NoisedBatch | None = None,
+) -> NoisedBatch:
     """Mask eligible tokens of ``clean``. ``complement_of`` masks exactly the eligible tokens that
     batch left unmasked (with probabilities 1 - p): the antithetic half of a complementary pair."""
     elig = eligible_tokens(valid, prompt_lens, conv.shift)
@@ -131,8 +139,9 @@ def logits_at(model, where: torch.Tensor, source: torch.Tensor, length: int, **i
     return out.logits[order[rows * length + src]], out
 
 
-def forward_aligned(model, batch: NoisedBatch, conv: Conventions, output_hidden_states: bool = False,
-                    where: torch.Tensor | None = None):
+def forward_aligned(
+    model, batch: NoisedBatch, conv: Conventions, output_hidden_states: bool = False, where: torch.Tensor | None = None
+):
     """Run the model in its attention mode on the noisy batch; return (logits, outputs) where
     ``logits[:, i]`` (B, T, V) is the prediction for token i under the shift convention, or, with
     ``where`` (B, T bool), the predictions of those tokens only: (N, V) in row-major order.
@@ -144,8 +153,9 @@ def forward_aligned(model, batch: NoisedBatch, conv: Conventions, output_hidden_
     dtype = next(model.parameters()).dtype
     B, T = batch.clean.shape
     if conv.attention == "block":
-        ids, pos, mask = two_copy_inputs(batch.clean, batch.noisy, batch.valid, batch.prompt_lens, conv.block_size, dtype,
-                                         flex=uses_flex(model))
+        ids, pos, mask = two_copy_inputs(
+            batch.clean, batch.noisy, batch.valid, batch.prompt_lens, conv.block_size, dtype, flex=uses_flex(model)
+        )
     else:
         ids, pos = batch.noisy, position_ids(batch.valid)
         mask = attention_mask("bidirectional", batch.valid, dtype, flex=uses_flex(model))
@@ -172,7 +182,7 @@ def chunked_rows(fn, *rows: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
     grad = torch.is_grad_enabled() and any(r.requires_grad for r in rows)
     parts = []
     for i in range(0, n, chunk):
-        part = [r[i:i + chunk] for r in rows]
+        part = [r[i : i + chunk] for r in rows]
         parts.append(torch.utils.checkpoint.checkpoint(fn, *part, use_reentrant=False) if grad else fn(*part))
     return torch.cat(parts)
 
@@ -186,8 +196,9 @@ def selected_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return chunked_rows(_nll_rows, logits, targets)
 
 
-def diffusion_loss(logits: torch.Tensor, batch: NoisedBatch, weighted: bool = True,
-                   eligible: torch.Tensor | None = None) -> torch.Tensor:
+def diffusion_loss(
+    logits: torch.Tensor, batch: NoisedBatch, weighted: bool = True, eligible: torch.Tensor | None = None
+) -> torch.Tensor:
     """Masked cross-entropy, weighted by 1/p (or unweighted), over the number of eligible tokens
     (``eligible``: of the whole batch, when ``batch`` is one process's share of it). ``logits``:
     those of the masked tokens, (N, V) (``forward_aligned(..., where=batch.masked)``)."""

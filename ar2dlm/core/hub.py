@@ -21,8 +21,18 @@ MODEL_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja")
 # hub API says it only to a request that reaches it, so a missing copy is named before that).
 GATED = {"Idavidrein/gpqa"}
 # ``datasets`` builders named by ``path`` that read local ``data_files`` rather than a repository.
-PACKAGED_BUILDERS = {"json", "csv", "parquet", "text", "arrow", "pandas", "webdataset", "xml", "imagefolder",
-                     "audiofolder"}
+PACKAGED_BUILDERS = {
+    "json",
+    "csv",
+    "parquet",
+    "text",
+    "arrow",
+    "pandas",
+    "webdataset",
+    "xml",
+    "imagefolder",
+    "audiofolder",
+}
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
@@ -62,8 +72,11 @@ def cached_per_version(package: str, what: str, key: str, compute, fresh=lambda 
     importing mteb 3 s); recomputed when ``fresh(value)`` says the kept value went stale."""
     from importlib.metadata import version
 
-    path = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ar2dlm" / \
-        f"{package}-{version(package)}-{what}.json"
+    path = (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "ar2dlm"
+        / f"{package}-{version(package)}-{what}.json"
+    )
     known = json.loads(path.read_text()) if path.is_file() else {}
     known = known if isinstance(known, dict) else {}  # a file of an older layout is rebuilt
     if key not in known or not fresh(known[key]):
@@ -77,6 +90,7 @@ def cached_per_version(package: str, what: str, key: str, compute, fresh=lambda 
 
 def harness_entry(task: str) -> dict:
     """An installed lm-eval task's YAML file, the data set it reads and its first metric (cached)."""
+
     def compute():
         from lm_eval.tasks import TaskManager
         from lm_eval.tasks._yaml_loader import load_yaml
@@ -85,11 +99,17 @@ def harness_entry(task: str) -> dict:
         if entry is None or entry.yaml_path is None:
             raise KeyError(f"{task!r} is not a YAML task of the installed lm-eval")
         cfg = load_yaml(entry.yaml_path, resolve_func=False)
-        return {"yaml_path": str(entry.yaml_path), "path": cfg.get("dataset_path"), "name": cfg.get("dataset_name"),
-                "revision": (cfg.get("dataset_kwargs") or {}).get("revision"),
-                "metric": (cfg.get("metric_list") or [{}])[0].get("metric")}
-    return cached_per_version("lm_eval", "task-facts", task, compute,
-                              fresh=lambda facts: Path(facts["yaml_path"]).exists())  # a reinstall moves the files
+        return {
+            "yaml_path": str(entry.yaml_path),
+            "path": cfg.get("dataset_path"),
+            "name": cfg.get("dataset_name"),
+            "revision": (cfg.get("dataset_kwargs") or {}).get("revision"),
+            "metric": (cfg.get("metric_list") or [{}])[0].get("metric"),
+        }
+
+    return cached_per_version(
+        "lm_eval", "task-facts", task, compute, fresh=lambda facts: Path(facts["yaml_path"]).exists()
+    )  # a reinstall moves the files
 
 
 def harness_task_config(task: str) -> dict:
@@ -107,23 +127,27 @@ def harness_dataset(task: str) -> dict:
 
 def mteb_dataset(task: str) -> dict:
     """{path, name, revision} of the data set an mteb task reads."""
+
     def compute():
         import mteb
 
         ds = mteb.get_task(task).metadata.dataset
         return {"path": ds["path"], "name": ds.get("name"), "revision": ds.get("revision")}
+
     return cached_per_version("mteb", "task-facts", task, compute)
 
 
-def local_snapshot(repo_id: str, repo_type: str = "dataset", revision: str | None = None,
-                   allow_patterns: list[str] | None = None) -> str:
+def local_snapshot(
+    repo_id: str, repo_type: str = "dataset", revision: str | None = None, allow_patterns: list[str] | None = None
+) -> str:
     """The cached snapshot folder of a hub repository; never downloads. Fails naming the
     repository and ``snakemake prefetch`` (and ``HF_TOKEN`` for a gated data set)."""
     from huggingface_hub import snapshot_download
 
     try:
-        return snapshot_download(repo_id, repo_type=repo_type, revision=revision, allow_patterns=allow_patterns,
-                                 local_files_only=True)
+        return snapshot_download(
+            repo_id, repo_type=repo_type, revision=revision, allow_patterns=allow_patterns, local_files_only=True
+        )
     except Exception as exc:  # LocalEntryNotFoundError, IncompleteSnapshotError
         raise MissingAssetError(missing_message([HubAsset(repo_id, repo_type, revision, ("this job",))])) from exc
 
@@ -139,14 +163,20 @@ def is_cached(asset: HubAsset) -> bool:
 def missing_message(missing: list[HubAsset]) -> str:
     from huggingface_hub import constants
 
-    lines = [f"the local Hugging Face cache ({constants.HF_HUB_CACHE}) lacks what these jobs read, and compute "
-             "jobs never download (HF_HUB_OFFLINE=1):"]
+    lines = [
+        f"the local Hugging Face cache ({constants.HF_HUB_CACHE}) lacks what these jobs read, and compute "
+        "jobs never download (HF_HUB_OFFLINE=1):"
+    ]
     lines += [f"  {a.describe()}" for a in missing]
-    lines.append("Run `snakemake prefetch` with the same --configfile where the network is (a login node), "
-                 "with HF_HOME shared with the compute nodes.")
+    lines.append(
+        "Run `snakemake prefetch` with the same --configfile where the network is (a login node), "
+        "with HF_HOME shared with the compute nodes."
+    )
     if any(a.gated for a in missing):
-        lines.append("Gated data sets (" + ", ".join(a.repo_id for a in missing if a.gated) + ") also need an "
-                     "account that accepted their terms on their hub page and its token in HF_TOKEN.")
+        lines.append(
+            "Gated data sets (" + ", ".join(a.repo_id for a in missing if a.gated) + ") also need an "
+            "account that accepted their terms on their hub page and its token in HF_TOKEN."
+        )
     return "\n".join(lines)
 
 
@@ -157,9 +187,11 @@ def require_token(assets: list[HubAsset]) -> None:
     gated = [a for a in assets if a.gated and not is_cached(a)]
     if gated and not get_token():
         raise MissingAssetError(
-            "gated data sets need a hub token and none is set: " + ", ".join(a.describe() for a in gated) +
-            ". Accept their terms on https://huggingface.co/datasets/<id>, then set HF_TOKEN (or run "
-            "`hf auth login`) and rerun `snakemake prefetch`.")
+            "gated data sets need a hub token and none is set: "
+            + ", ".join(a.describe() for a in gated)
+            + ". Accept their terms on https://huggingface.co/datasets/<id>, then set HF_TOKEN (or run "
+            "`hf auth login`) and rerun `snakemake prefetch`."
+        )
 
 
 def prefetch(assets: list[HubAsset]) -> list[dict]:
@@ -171,13 +203,23 @@ def prefetch(assets: list[HubAsset]) -> list[dict]:
     records = []
     for a in assets:
         try:
-            folder = snapshot_download(a.repo_id, repo_type=a.repo_type, revision=a.revision,
-                                       allow_patterns=a.allow_patterns)
+            folder = snapshot_download(
+                a.repo_id, repo_type=a.repo_type, revision=a.revision, allow_patterns=a.allow_patterns
+            )
         except GatedRepoError as exc:
-            raise MissingAssetError(f"{a.describe()} is gated and the token in HF_TOKEN has no access to it: "
-                                    f"accept its terms on its hub page ({type(exc).__name__})") from exc
-        records.append({"repo_id": a.repo_id, "repo_type": a.repo_type, "revision": a.revision,
-                        "snapshot": folder, "used_by": list(a.used_by)})
+            raise MissingAssetError(
+                f"{a.describe()} is gated and the token in HF_TOKEN has no access to it: "
+                f"accept its terms on its hub page ({type(exc).__name__})"
+            ) from exc
+        records.append(
+            {
+                "repo_id": a.repo_id,
+                "repo_type": a.repo_type,
+                "revision": a.revision,
+                "snapshot": folder,
+                "used_by": list(a.used_by),
+            }
+        )
         print(f"cached {a.describe()} -> {folder}", flush=True)
     return records
 

@@ -26,12 +26,12 @@ def ar_scores(model, pairs, pad_id: int, batch_size: int = 16) -> list[tuple[flo
     prompt would produce the continuation."""
     out = []
     for i in range(0, len(pairs), batch_size):
-        chunk = pairs[i:i + batch_size]
+        chunk = pairs[i : i + batch_size]
         ids, valid = (t.to(model.device) for t in left_pad([p + c for p, c in chunk], pad_id))
         logp = torch.log_softmax(model(input_ids=ids, attention_mask=valid).logits.float(), -1)
         for r, (p, c) in enumerate(chunk):
             n = len(c)
-            target, pred = ids[r, -n:], logp[r, -n - 1:-1]
+            target, pred = ids[r, -n:], logp[r, -n - 1 : -1]
             out.append((float(pred.gather(-1, target[:, None]).sum()), bool((pred.argmax(-1) == target).all())))
     return out
 
@@ -46,8 +46,18 @@ class ElboTerms(NamedTuple):
     masked: torch.Tensor  # the last draw's masked positions (B, T)
 
 
-def elbo_terms(model, conv: Conventions, ids, valid, prompt_lens, generator, *, n_samples: int = 1,
-               beta: float = 0.0, complementary: bool = False) -> ElboTerms:
+def elbo_terms(
+    model,
+    conv: Conventions,
+    ids,
+    valid,
+    prompt_lens,
+    generator,
+    *,
+    n_samples: int = 1,
+    beta: float = 0.0,
+    complementary: bool = False,
+) -> ElboTerms:
     """The ELBO's per-token terms -log p(c_i | x, c_masked) / p_i on masked completion tokens
     (0 elsewhere), averaged over ``n_samples`` mask draws from ``generator`` (each with its
     complement when ``complementary``). Differentiable: DPO on a DLM trains through it.
@@ -71,8 +81,16 @@ def elbo_terms(model, conv: Conventions, ids, valid, prompt_lens, generator, *, 
 
 
 @torch.no_grad()
-def dlm_elbo(model, conv: Conventions, pairs, n_samples: int = 32, seed: int = 0, complementary: bool = False,
-             beta: float = 0.0, batch_size: int = 32) -> list[dict]:
+def dlm_elbo(
+    model,
+    conv: Conventions,
+    pairs,
+    n_samples: int = 32,
+    seed: int = 0,
+    complementary: bool = False,
+    beta: float = 0.0,
+    batch_size: int = 32,
+) -> list[dict]:
     """Monte Carlo ELBO per pair: mean over samples (one row of a batch each), and its standard error."""
     if n_samples < 1:
         raise ValueError(f"n_samples must be at least 1, got {n_samples}")
@@ -84,12 +102,18 @@ def dlm_elbo(model, conv: Conventions, pairs, n_samples: int = 32, seed: int = 0
         while remaining > 0:
             k = min(remaining, batch_size)
             ids, valid, plens = (t.to(model.device) for t in collate([(p + c, len(p))] * k, conv.pad_token_id))
-            draws.append(elbo_terms(model, conv, ids, valid, plens, gen, beta=beta, complementary=complementary)
-                         .terms.sum(1))
+            draws.append(
+                elbo_terms(model, conv, ids, valid, plens, gen, beta=beta, complementary=complementary).terms.sum(1)
+            )
             remaining -= k
         d = torch.cat(draws)
-        results.append({"elbo": float(d.mean()), "stderr": float(d.std() / math.sqrt(len(d))) if len(d) > 1 else float("nan"),
-                        "n_samples": len(d)})
+        results.append(
+            {
+                "elbo": float(d.mean()),
+                "stderr": float(d.std() / math.sqrt(len(d))) if len(d) > 1 else float("nan"),
+                "n_samples": len(d),
+            }
+        )
     return results
 
 

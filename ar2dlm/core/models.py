@@ -45,8 +45,12 @@ def build_qwen3(arch: dict, tokenizer):
     return Qwen3ForCausalLM(cfg)
 
 
-def resolve_pretrained(hub_id: str | None, model_path: str | None, revision: str | None = None,
-                       local_key: str = "`model_path:` of this model") -> str:
+def resolve_pretrained(
+    hub_id: str | None,
+    model_path: str | None,
+    revision: str | None = None,
+    local_key: str = "`model_path:` of this model",
+) -> str:
     """Return a local folder holding the checkpoint: ``model_path`` if given, else a hub snapshot.
 
     Offline (or with the hub unreachable) this fails at once, naming the model and how to point
@@ -105,8 +109,9 @@ def verify_weights(model_dir: str | Path, info: dict | None = None) -> None:
         if seen in _VERIFIED:  # a job that reads a folder twice (streamed, then loaded) hashes it once
             continue
         if file_sha256(path) != digest:
-            raise CheckpointError(f"{path} does not match the sha256 recorded when it was written: it is truncated "
-                                  "or corrupt")
+            raise CheckpointError(
+                f"{path} does not match the sha256 recorded when it was written: it is truncated or corrupt"
+            )
         _VERIFIED.add(seen)
 
 
@@ -179,12 +184,14 @@ class FolderWeights:
             raise CheckpointError(f"{self.files[name]}: tensor {name} holds NaN or infinite values")
         return t
 
-    def check_matches(self, other: "FolderWeights") -> None:
+    def check_matches(self, other: FolderWeights) -> None:
         """Raise, naming the first differences, unless both folders hold the same tensor names and shapes."""
         if self.shapes != other.shapes:
             diff = sorted(n for n in set(self.shapes) | set(other.shapes) if self.shapes.get(n) != other.shapes.get(n))
-            raise ValueError(f"{self.dir} and {other.dir} differ in weights: "
-                             + ", ".join(f"{n} {self.shapes.get(n)} vs {other.shapes.get(n)}" for n in diff[:5]))
+            raise ValueError(
+                f"{self.dir} and {other.dir} differ in weights: "
+                + ", ".join(f"{n} {self.shapes.get(n)} vs {other.shapes.get(n)}" for n in diff[:5])
+            )
 
 
 class LoadedModel(NamedTuple):
@@ -207,8 +214,10 @@ def resolve_device(device: str | None = "auto"):
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r} (known: {', '.join(DEVICES)})")
     if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device: cuda is configured but this job sees no CUDA device (check the job's GPU "
-                           "request and CUDA_VISIBLE_DEVICES, or set device: auto)")
+        raise RuntimeError(
+            "device: cuda is configured but this job sees no CUDA device (check the job's GPU "
+            "request and CUDA_VISIBLE_DEVICES, or set device: auto)"
+        )
     return torch.device(device)
 
 

@@ -26,7 +26,8 @@ def cpu_native_bf16() -> bool:
 
     kernels = torch.backends.cpu.get_cpu_capability()
     return kernels.upper().startswith("AVX512") and bool(
-        torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+        torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    )
 
 
 def cuda_native_bf16(device=None) -> bool:
@@ -45,8 +46,13 @@ def resolve_dtype(requested: str, device) -> str:
     if requested != "auto":
         return requested
     kind = getattr(device, "type", str(device).split(":")[0])
-    native = cuda_native_bf16(device if kind == "cuda" and not isinstance(device, str) else None) if kind == "cuda" \
-        else cpu_native_bf16() if kind == "cpu" else False
+    native = (
+        cuda_native_bf16(device if kind == "cuda" and not isinstance(device, str) else None)
+        if kind == "cuda"
+        else cpu_native_bf16()
+        if kind == "cpu"
+        else False
+    )
     return "bf16" if native else "fp32"
 
 
@@ -65,7 +71,11 @@ if __name__ == "__main__":  # python -m ar2dlm.core.precision: which CPU class t
     from ..provenance import machine
 
     facts = machine()
-    print(f"CPU: {facts['cpu']}; torch kernels: {facts['kernels']}; bf16 instructions: "
-          f"{', '.join(facts['bf16_instructions']) or 'none'}; CUDA: {facts['cuda'] or 'none'}")
-    print(f"dtype: auto resolves to {resolve_dtype('auto', 'cpu')} on the CPU"
-          + (f" and {resolve_dtype('auto', 'cuda')} on the GPU" if facts["cuda"] else ""))
+    print(
+        f"CPU: {facts['cpu']}; torch kernels: {facts['kernels']}; bf16 instructions: "
+        f"{', '.join(facts['bf16_instructions']) or 'none'}; CUDA: {facts['cuda'] or 'none'}"
+    )
+    print(
+        f"dtype: auto resolves to {resolve_dtype('auto', 'cpu')} on the CPU"
+        + (f" and {resolve_dtype('auto', 'cuda')} on the GPU" if facts["cuda"] else "")
+    )

@@ -14,7 +14,6 @@ from transformers import DynamicCache, Qwen3ForCausalLM
 from .attention import attention_mask, position_ids
 from .conventions import Conventions
 
-
 # transformers 5.x renamed `past_key_values` to `cache` in model forwards.
 CACHE_KW = "cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward).parameters else "past_key_values"
 
@@ -24,15 +23,24 @@ def left_pad(batch: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
     for i, x in enumerate(batch):
-        ids[i, width - len(x):] = torch.tensor(x, dtype=torch.long)
-        mask[i, width - len(x):] = 1
+        ids[i, width - len(x) :] = torch.tensor(x, dtype=torch.long)
+        mask[i, width - len(x) :] = 1
     return ids, mask
 
 
 @torch.no_grad()
-def generate_ar(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, batch_size: int = 16,
-                do_sample: bool = False, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-                stop_at_eos: bool = True) -> list[list[int]]:
+def generate_ar(
+    model,
+    tokenizer,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    batch_size: int = 16,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    stop_at_eos: bool = True,
+) -> list[list[int]]:
     """Generate continuations of token-id prompts; each result is cut at the first end-of-text
     (with ``stop_at_eos`` False every row runs to ``max_new_tokens``, for benchmarks)."""
     model.eval()
@@ -41,13 +49,19 @@ def generate_ar(model, tokenizer, prompts: list[list[int]], max_new_tokens: int,
     torch.manual_seed(seed)
     out: list[list[int]] = []
     for i in tqdm(range(0, len(prompts), batch_size), desc="generate", mininterval=5):
-        ids, mask = (t.to(model.device) for t in left_pad(prompts[i:i + batch_size], pad))
+        ids, mask = (t.to(model.device) for t in left_pad(prompts[i : i + batch_size], pad))
         kwargs = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {"do_sample": False}
         if not stop_at_eos:
             kwargs["min_new_tokens"] = max_new_tokens
-        gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                             eos_token_id=eos, pad_token_id=pad, **kwargs)
-        for row in gen[:, ids.shape[1]:].tolist():
+        gen = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos,
+            pad_token_id=pad,
+            **kwargs,
+        )
+        for row in gen[:, ids.shape[1] :].tolist():
             out.append(row[: row.index(eos)] if stop_at_eos and eos in row else row)
     return out
 
@@ -73,10 +87,17 @@ class DecodeStats:
         return self.response_tokens / max(1e-9, self.seconds)
 
     def as_dict(self) -> dict:
-        return {"nfe": self.nfe, "forward_tokens": self.forward_tokens, "steps": self.steps, "decoded": self.decoded,
-                "response_tokens": self.response_tokens,
-                "seconds": round(self.seconds, 4), "batch_size": self.batch_size,
-                "tokens_per_step": round(self.tokens_per_step, 4), "tokens_per_s": round(self.tokens_per_s, 2)}
+        return {
+            "nfe": self.nfe,
+            "forward_tokens": self.forward_tokens,
+            "steps": self.steps,
+            "decoded": self.decoded,
+            "response_tokens": self.response_tokens,
+            "seconds": round(self.seconds, 4),
+            "batch_size": self.batch_size,
+            "tokens_per_step": round(self.tokens_per_step, 4),
+            "tokens_per_s": round(self.tokens_per_s, 2),
+        }
 
 
 @dataclass
@@ -112,7 +133,9 @@ def check_decode_args(gen_length: int, block_size: int, threshold: float | None,
         raise ValueError(f"steps per block {steps_per_block} must lie in [1, block size {block_size}]")
 
 
-def _pick(conf: torch.Tensor, still: torch.Tensor, threshold: float | None, n_fixed: torch.Tensor | None) -> torch.Tensor:
+def _pick(
+    conf: torch.Tensor, still: torch.Tensor, threshold: float | None, n_fixed: torch.Tensor | None
+) -> torch.Tensor:
     """Which masked positions to unmask this step: the most confident one plus all at or above
     the threshold, or the ``n_fixed`` most confident ones per row."""
     conf = conf.masked_fill(~still, -1.0)
@@ -127,10 +150,21 @@ def _pick(conf: torch.Tensor, still: torch.Tensor, threshold: float | None, n_fi
 
 
 @torch.no_grad()
-def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length: int, block_size: int, *,
-                 threshold: float | None = 0.9, steps_per_block: int | None = None, use_cache: bool = True,
-                 temperature: float = 0.0, seed: int = 0, stop_at_eos: bool = True,
-                 trajectory: Trajectory | None = None) -> tuple[list[list[int]], DecodeStats]:
+def generate_dlm(
+    model,
+    conv: Conventions,
+    prompts: list[list[int]],
+    gen_length: int,
+    block_size: int,
+    *,
+    threshold: float | None = 0.9,
+    steps_per_block: int | None = None,
+    use_cache: bool = True,
+    temperature: float = 0.0,
+    seed: int = 0,
+    stop_at_eos: bool = True,
+    trajectory: Trajectory | None = None,
+) -> tuple[list[list[int]], DecodeStats]:
     """Semi-autoregressive confidence decoding of a DLM for a batch of token-id prompts.
 
     The response starts fully masked and is decoded block by block, left to right. With block
@@ -168,8 +202,13 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
     cache, carry, pending = None, None, None
     if use_cache:
         cache = DynamicCache()
-        out = model(input_ids=ids[:, :P], position_ids=pos[:, :P], attention_mask=full_mask[:, :, :P, :P],
-                    **{CACHE_KW: cache}, use_cache=True)
+        out = model(
+            input_ids=ids[:, :P],
+            position_ids=pos[:, :P],
+            attention_mask=full_mask[:, :, :P, :P],
+            **{CACHE_KW: cache},
+            use_cache=True,
+        )
         carry = out.logits[:, -1:]
         stats.nfe += 1
         stats.forward_tokens += B * P
@@ -187,22 +226,30 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
                 # The previous block's final keys/values are appended in the same forward as this
                 # block's first step (its queries cannot see this block), saving a pass per block.
                 lo = start if pending is None else pending
-                out = model(input_ids=ids[:, lo:end], position_ids=pos[:, lo:end],
-                            attention_mask=full_mask[:, :, lo:end, :end], **{CACHE_KW: cache}, use_cache=True)
+                out = model(
+                    input_ids=ids[:, lo:end],
+                    position_ids=pos[:, lo:end],
+                    attention_mask=full_mask[:, :, lo:end, :end],
+                    **{CACHE_KW: cache},
+                    use_cache=True,
+                )
                 stats.forward_tokens += len(ids) * (end - lo)
                 cache.crop(start - cache.get_seq_length())  # keep the finished blocks only (negative = remove)
                 if pending is not None:
-                    carry, pending = out.logits[:, start - lo - 1:start - lo], None
-                logits = out.logits[:, start - lo:]
+                    carry, pending = out.logits[:, start - lo - 1 : start - lo], None
+                logits = out.logits[:, start - lo :]
                 if conv.shift:
                     logits = torch.cat([carry, logits[:, :-1]], 1)
             else:
                 width = end if mode == "block" else P + gen_length
                 lo = start - 1 if conv.shift else start
                 # logits of the block only: the whole canvas's would be rows x width x vocabulary
-                logits = model(input_ids=ids[:, :width], position_ids=pos[:, :width],
-                               attention_mask=full_mask[:, :, :width, :width],
-                               logits_to_keep=torch.arange(lo, lo + block_size, device=device)).logits
+                logits = model(
+                    input_ids=ids[:, :width],
+                    position_ids=pos[:, :width],
+                    attention_mask=full_mask[:, :, :width, :width],
+                    logits_to_keep=torch.arange(lo, lo + block_size, device=device),
+                ).logits
                 stats.forward_tokens += len(ids) * width
             stats.nfe += 1
             stats.steps += int(still.any(1).sum())
@@ -250,9 +297,19 @@ def generate_dlm(model, conv: Conventions, prompts: list[list[int]], gen_length:
     return results, stats
 
 
-def generate(model, tokenizer, conv: Conventions, prompts: list[list[int]], max_new_tokens: int, *,
-             block_size: int | None = None, threshold: float | None = 0.9, temperature: float = 0.0,
-             seed: int = 0, batch_size: int = 16) -> tuple[list[list[int]], dict]:
+def generate(
+    model,
+    tokenizer,
+    conv: Conventions,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    *,
+    block_size: int | None = None,
+    threshold: float | None = 0.9,
+    temperature: float = 0.0,
+    seed: int = 0,
+    batch_size: int = 16,
+) -> tuple[list[list[int]], dict]:
     """Decode with the model's own sampler, read from its conventions: KV-cached AR generation for a
     causal model; block decoding for a DLM (its attention block, exact prefix cache, for block
     attention; ``block_size`` decoding blocks with full recomputation for bidirectional ones, and
@@ -260,12 +317,25 @@ def generate(model, tokenizer, conv: Conventions, prompts: list[list[int]], max_
     t0 = time.perf_counter()
     if not conv.is_diffusion:
         sample = temperature > 0
-        outs = generate_ar(model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, do_sample=sample,
-                           temperature=temperature if sample else 1.0, seed=seed)
+        outs = generate_ar(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens,
+            batch_size=batch_size,
+            do_sample=sample,
+            temperature=temperature if sample else 1.0,
+            seed=seed,
+        )
         seconds = time.perf_counter() - t0
         n = sum(len(o) for o in outs)
-        return outs, {"decoder": "ar", "response_tokens": n, "seconds": round(seconds, 4),
-                      "tokens_per_s": round(n / max(seconds, 1e-9), 2), "tokens_per_step": 1.0}
+        return outs, {
+            "decoder": "ar",
+            "response_tokens": n,
+            "seconds": round(seconds, 4),
+            "tokens_per_s": round(n / max(seconds, 1e-9), 2),
+            "tokens_per_step": 1.0,
+        }
     if conv.attention == "block":
         block_size = conv.block_size  # its attention blocks are its decoding blocks
     elif block_size is None:
@@ -273,8 +343,17 @@ def generate(model, tokenizer, conv: Conventions, prompts: list[list[int]], max_
     total = DecodeStats(batch_size=batch_size)
     outs = []
     for i in tqdm(range(0, len(prompts), batch_size), desc="decode", mininterval=5):
-        rows, st = generate_dlm(model, conv, prompts[i:i + batch_size], max_new_tokens, block_size, threshold=threshold,
-                                use_cache=conv.attention == "block", temperature=temperature, seed=seed + i)
+        rows, st = generate_dlm(
+            model,
+            conv,
+            prompts[i : i + batch_size],
+            max_new_tokens,
+            block_size,
+            threshold=threshold,
+            use_cache=conv.attention == "block",
+            temperature=temperature,
+            seed=seed + i,
+        )
         outs += rows
         for f in ("nfe", "forward_tokens", "steps", "decoded", "response_tokens"):
             setattr(total, f, getattr(total, f) + getattr(st, f))

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 from ..provenance import library_versions, read_json, read_jsonl, write_json, write_jsonl
-from .tokenization import load_pretrained_tokenizer, train_bpe_tokenizer
 from .code_suite import generate_code_suite
 from .corpus import hub_documents, shuffled, stdlib_documents, suite_documents, take_tokens, token_counter
 from .math_suite import generate_math_suite
 from .preferences import make_preferences
+from .tokenization import load_pretrained_tokenizer, train_bpe_tokenizer
 
 
 def build_suites(data_cfg: dict, code_train, code_eval, math_train, math_eval) -> dict:
@@ -39,20 +40,28 @@ def _message_text(value) -> str:
 def hub_preferences(spec: dict, split: str, n: int, seed: int, domain: str) -> list[dict]:
     from ..core.hub import load_hub_dataset
 
-    ds = load_hub_dataset(spec["path"], spec.get("name"), data_files=spec.get("data_files"),
-                          split=spec[f"{split}_split"], streaming=True)
+    ds = load_hub_dataset(
+        spec["path"], spec.get("name"), data_files=spec.get("data_files"), split=spec[f"{split}_split"], streaming=True
+    )
     ds = ds.shuffle(seed=seed, buffer_size=spec.get("shuffle_buffer", 10_000))
     rows = []
     for row in ds:
         if len(rows) == n:
             break
-        rows.append({"domain": domain, "source_id": str(row.get("prompt_id", len(rows))),
-                     "prompt": _message_text(row[spec["prompt_field"]]),
-                     "chosen": _message_text(row[spec["chosen_field"]]),
-                     "rejected": _message_text(row[spec["rejected_field"]])})
+        rows.append(
+            {
+                "domain": domain,
+                "source_id": str(row.get("prompt_id", len(rows))),
+                "prompt": _message_text(row[spec["prompt_field"]]),
+                "chosen": _message_text(row[spec["chosen_field"]]),
+                "rejected": _message_text(row[spec["rejected_field"]]),
+            }
+        )
     if len(rows) < n:
-        raise ValueError(f"data.preferences.n_{split}={n} but {spec['path']} split {spec[f'{split}_split']} "
-                         f"holds only {len(rows)} rows")
+        raise ValueError(
+            f"data.preferences.n_{split}={n} but {spec['path']} split {spec[f'{split}_split']} "
+            f"holds only {len(rows)} rows"
+        )
     return rows
 
 
@@ -104,12 +113,18 @@ def build_corpus(data_cfg: dict, tokenizer_dir, code_train, math_train, manifest
         stream_tokens = None
     write_jsonl(subset, subset_docs)
     info = {
-        "seed": seed, **{"corpus_" + k: v for k, v in source.items()},
+        "seed": seed,
+        **{"corpus_" + k: v for k, v in source.items()},
         "subset": {"path": str(Path(subset).name), "documents": len(subset_docs), "tokens": subset_tokens},
-        "stream": ({"path": str(Path(stream).name), "documents": len(stream_docs), "tokens": stream_tokens}
-                   if stream is not None else
-                   {"path": None, "budget_tokens": cfg["stream_tokens"],
-                    "note": "read from the source at training time with the same seeded shuffle"}),
+        "stream": (
+            {"path": str(Path(stream).name), "documents": len(stream_docs), "tokens": stream_tokens}
+            if stream is not None
+            else {
+                "path": None,
+                "budget_tokens": cfg["stream_tokens"],
+                "note": "read from the source at training time with the same seeded shuffle",
+            }
+        ),
         "versions": library_versions(),
     }
     write_json(manifest, info)
@@ -160,37 +175,73 @@ def rows_source(source_path, tokenizer_dir, source: str, selection: str) -> Rows
 
     if str(source_path).endswith(".json"):
         manifest = read_json(source_path)
-        spec = {k[len("corpus_"):]: v for k, v in manifest.items() if k.startswith("corpus_") and k != "corpus_source"}
+        spec = {k[len("corpus_") :]: v for k, v in manifest.items() if k.startswith("corpus_") and k != "corpus_source"}
         docs = lambda: hub_documents(spec, manifest["seed"])  # noqa: E731
         budget, origin = manifest["stream"]["budget_tokens"], f"{spec['path']}, split {spec.get('split', 'train')}"
     else:
         docs, budget, origin = (lambda: _jsonl_documents(source_path)), None, str(source_path)
     tok = Path(tokenizer_dir)
-    settings = {"source": str(source_path), "source_stamp": _file_stamp(source_path), "selection": selection,
-                "tokenizer": {f.name: _file_stamp(f) for f in sorted(tok.iterdir()) if f.is_file()}}
-    info = {"source": source, "selection": selection, "ordered": budget is not None, "origin": origin,
-            "budget_key": "data.corpus.stream_tokens"}
+    settings = {
+        "source": str(source_path),
+        "source_stamp": _file_stamp(source_path),
+        "selection": selection,
+        "tokenizer": {f.name: _file_stamp(f) for f in sorted(tok.iterdir()) if f.is_file()},
+    }
+    info = {
+        "source": source,
+        "selection": selection,
+        "ordered": budget is not None,
+        "origin": origin,
+        "budget_key": "data.corpus.stream_tokens",
+    }
     return RowsSource(lambda: select_documents(docs(), selection), budget, info, settings, packs(source, selection))
 
 
-def build_token_shard(source_path, tokenizer_dir, source: str, selection: str, seq_len: int, out_dir, *,
-                      shard: int, shards: int, workers: int = 1) -> dict:
+def build_token_shard(
+    source_path,
+    tokenizer_dir,
+    source: str,
+    selection: str,
+    seq_len: int,
+    out_dir,
+    *,
+    shard: int,
+    shards: int,
+    workers: int = 1,
+) -> dict:
     """Shard ``shard`` of ``shards`` of a token_rows job (``token_rows_shard``), written resumably in
     ``<out_dir>.partial`` and moved to ``out_dir`` when done."""
     from .token_shards import needed_tokens, shard_stop_tokens, write_shard
 
     src = rows_source(source_path, tokenizer_dir, source, selection)
     work = Path(str(out_dir) + ".partial")
-    progress = write_shard(src.docs(), tokenizer_dir, work, settings=src.settings, seq_len=seq_len, packed=src.packed,
-                           shard=shard, shards=shards, workers=workers,
-                           stop_tokens=shard_stop_tokens(needed_tokens(src.budget, seq_len, src.packed), shards))
+    progress = write_shard(
+        src.docs(),
+        tokenizer_dir,
+        work,
+        settings=src.settings,
+        seq_len=seq_len,
+        packed=src.packed,
+        shard=shard,
+        shards=shards,
+        workers=workers,
+        stop_tokens=shard_stop_tokens(needed_tokens(src.budget, seq_len, src.packed), shards),
+    )
     shutil.rmtree(out_dir, ignore_errors=True)
     work.rename(out_dir)
     return {k: progress[k] for k in ("tokens", "next_chunk", "exhausted")} | {"parts": len(progress["parts"])}
 
 
-def build_token_rows(source_path, tokenizer_dir, source: str, selection: str, seq_len: int, out_dir,
-                     workers: int = 1, shard_dirs: list | None = None) -> dict:
+def build_token_rows(
+    source_path,
+    tokenizer_dir,
+    source: str,
+    selection: str,
+    seq_len: int,
+    out_dir,
+    workers: int = 1,
+    shard_dirs: list | None = None,
+) -> dict:
     """Tokenise a corpus cut, prompt set or stream into rows of ``seq_len`` tokens (``token_rows``):
     merge the shards ``shard_dirs`` that ``token_rows_shard`` jobs wrote, or, without them,
     tokenise here with ``workers`` processes (resumably too)."""
@@ -200,8 +251,15 @@ def build_token_rows(source_path, tokenizer_dir, source: str, selection: str, se
 
     src = rows_source(source_path, tokenizer_dir, source, selection)
     pad = AutoTokenizer.from_pretrained(str(tokenizer_dir)).pad_token_id
-    common = dict(docs=src.docs, tokenizer_dir=tokenizer_dir, seq_len=seq_len, packed=src.packed, pad_id=pad,
-                  info=src.info, budget_tokens=src.budget)
+    common = dict(
+        docs=src.docs,
+        tokenizer_dir=tokenizer_dir,
+        seq_len=seq_len,
+        packed=src.packed,
+        pad_id=pad,
+        info=src.info,
+        budget_tokens=src.budget,
+    )
     if shard_dirs:
         return merge_shards(shard_dirs, out_dir, **common)
     return write_token_rows(out_dir=out_dir, settings=src.settings, workers=workers, **common)

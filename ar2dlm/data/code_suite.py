@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # One operation: a description (docstring phrase), the code lines it adds, and its parameters.
 # ``lines(var, p)`` returns body lines that update ``var`` in place.
@@ -64,11 +64,31 @@ INT_OPS = [
 ]
 
 LIST_MAPS = [
-    Op("map_add", _k(1, 9), lambda p: f"add {p['k']} to every element", lambda v, p: [f"{v} = [a + {p['k']} for a in {v}]"]),
-    Op("map_mul", _k(2, 9), lambda p: f"multiply every element by {p['k']}", lambda v, p: [f"{v} = [a * {p['k']} for a in {v}]"]),
+    Op(
+        "map_add",
+        _k(1, 9),
+        lambda p: f"add {p['k']} to every element",
+        lambda v, p: [f"{v} = [a + {p['k']} for a in {v}]"],
+    ),
+    Op(
+        "map_mul",
+        _k(2, 9),
+        lambda p: f"multiply every element by {p['k']}",
+        lambda v, p: [f"{v} = [a * {p['k']} for a in {v}]"],
+    ),
     Op("map_sq", _none, lambda p: "square every element", lambda v, p: [f"{v} = [a * a for a in {v}]"]),
-    Op("keep_gt", _k(0, 9), lambda p: f"keep the elements greater than {p['k']}", lambda v, p: [f"{v} = [a for a in {v} if a > {p['k']}]"]),
-    Op("keep_lt", _k(0, 9), lambda p: f"keep the elements less than {p['k']}", lambda v, p: [f"{v} = [a for a in {v} if a < {p['k']}]"]),
+    Op(
+        "keep_gt",
+        _k(0, 9),
+        lambda p: f"keep the elements greater than {p['k']}",
+        lambda v, p: [f"{v} = [a for a in {v} if a > {p['k']}]"],
+    ),
+    Op(
+        "keep_lt",
+        _k(0, 9),
+        lambda p: f"keep the elements less than {p['k']}",
+        lambda v, p: [f"{v} = [a for a in {v} if a < {p['k']}]"],
+    ),
     Op("keep_even", _none, lambda p: "keep the even elements", lambda v, p: [f"{v} = [a for a in {v} if a % 2 == 0]"]),
     Op("keep_odd", _none, lambda p: "keep the odd elements", lambda v, p: [f"{v} = [a for a in {v} if a % 2 == 1]"]),
     Op("reverse", _none, lambda p: "reverse the list", lambda v, p: [f"{v} = {v}[::-1]"]),
@@ -80,10 +100,30 @@ LIST_MAPS = [
 LIST_REDUCES = [
     Op("sum", _none, lambda p: "return the sum", lambda v, p: [f"return sum({v})"]),
     Op("len", _none, lambda p: "return the number of elements", lambda v, p: [f"return len({v})"]),
-    Op("max", _none, lambda p: "return the largest element, or 0 if there is none", lambda v, p: [f"return max({v}) if {v} else 0"]),
-    Op("min", _none, lambda p: "return the smallest element, or 0 if there is none", lambda v, p: [f"return min({v}) if {v} else 0"]),
-    Op("count", _k(0, 9), lambda p: f"return how many elements equal {p['k']}", lambda v, p: [f"return {v}.count({p['k']})"]),
-    Op("first", _none, lambda p: "return the first element, or -1 if there is none", lambda v, p: [f"return {v}[0] if {v} else -1"]),
+    Op(
+        "max",
+        _none,
+        lambda p: "return the largest element, or 0 if there is none",
+        lambda v, p: [f"return max({v}) if {v} else 0"],
+    ),
+    Op(
+        "min",
+        _none,
+        lambda p: "return the smallest element, or 0 if there is none",
+        lambda v, p: [f"return min({v}) if {v} else 0"],
+    ),
+    Op(
+        "count",
+        _k(0, 9),
+        lambda p: f"return how many elements equal {p['k']}",
+        lambda v, p: [f"return {v}.count({p['k']})"],
+    ),
+    Op(
+        "first",
+        _none,
+        lambda p: "return the first element, or -1 if there is none",
+        lambda v, p: [f"return {v}[0] if {v} else -1"],
+    ),
     Op(
         "prod",
         _none,
@@ -109,7 +149,12 @@ STR_MAPS = [
     Op("upper", _none, lambda p: "convert it to upper case", lambda v, p: [f"{v} = {v}.upper()"]),
     Op("reverse", _none, lambda p: "reverse it", lambda v, p: [f"{v} = {v}[::-1]"]),
     Op("repeat", _k(2, 4), lambda p: f"repeat it {p['k']} times", lambda v, p: [f"{v} = {v} * {p['k']}"]),
-    Op("replace", _two_chars, lambda p: f"replace every '{p['a']}' by '{p['b']}'", lambda v, p: [f"{v} = {v}.replace('{p['a']}', '{p['b']}')"]),
+    Op(
+        "replace",
+        _two_chars,
+        lambda p: f"replace every '{p['a']}' by '{p['b']}'",
+        lambda v, p: [f"{v} = {v}.replace('{p['a']}', '{p['b']}')"],
+    ),
     Op("remove", _char, lambda p: f"remove every '{p['c']}'", lambda v, p: [f"{v} = {v}.replace('{p['c']}', '')"]),
     Op("append", _char, lambda p: f"append '{p['c']}'", lambda v, p: [f"{v} = {v} + '{p['c']}'"]),
     Op("prepend", _char, lambda p: f"put '{p['c']}' in front", lambda v, p: [f"{v} = '{p['c']}' + {v}"]),
@@ -119,10 +164,30 @@ STR_MAPS = [
 STR_REDUCES = [
     Op("str", _none, lambda p: "return the string", lambda v, p: [f"return {v}"]),
     Op("len", _none, lambda p: "return its length", lambda v, p: [f"return len({v})"]),
-    Op("count", _char, lambda p: f"return how many times '{p['c']}' occurs", lambda v, p: [f"return {v}.count('{p['c']}')"]),
-    Op("starts", _char, lambda p: f"return whether it starts with '{p['c']}'", lambda v, p: [f"return {v}.startswith('{p['c']}')"]),
-    Op("ends", _char, lambda p: f"return whether it ends with '{p['c']}'", lambda v, p: [f"return {v}.endswith('{p['c']}')"]),
-    Op("vowels", _none, lambda p: "return the number of vowels", lambda v, p: [f"return sum(1 for ch in {v} if ch in 'aeiouAEIOU')"]),
+    Op(
+        "count",
+        _char,
+        lambda p: f"return how many times '{p['c']}' occurs",
+        lambda v, p: [f"return {v}.count('{p['c']}')"],
+    ),
+    Op(
+        "starts",
+        _char,
+        lambda p: f"return whether it starts with '{p['c']}'",
+        lambda v, p: [f"return {v}.startswith('{p['c']}')"],
+    ),
+    Op(
+        "ends",
+        _char,
+        lambda p: f"return whether it ends with '{p['c']}'",
+        lambda v, p: [f"return {v}.endswith('{p['c']}')"],
+    ),
+    Op(
+        "vowels",
+        _none,
+        lambda p: "return the number of vowels",
+        lambda v, p: [f"return sum(1 for ch in {v} if ch in 'aeiouAEIOU')"],
+    ),
 ]
 
 # Loops: accumulate a per-index term over range(n).
@@ -137,10 +202,25 @@ LOOP_TERMS = [
 
 LOOP_ACCS = [
     Op("sum", _none, lambda p: "the sum of the terms", lambda v, p: ["total = total + term"]),
-    Op("count_even", _none, lambda p: "the number of even terms", lambda v, p: ["if term % 2 == 0:", "    total = total + 1"]),
+    Op(
+        "count_even",
+        _none,
+        lambda p: "the number of even terms",
+        lambda v, p: ["if term % 2 == 0:", "    total = total + 1"],
+    ),
     Op("max", _none, lambda p: "the largest of 0 and the terms", lambda v, p: ["if term > total:", "    total = term"]),
-    Op("count_gt", _k(0, 20), lambda p: f"the number of terms greater than {p['k']}", lambda v, p: [f"if term > {p['k']}:", "    total = total + 1"]),
-    Op("sum_odd", _none, lambda p: "the sum of the odd terms", lambda v, p: ["if term % 2 == 1:", "    total = total + term"]),
+    Op(
+        "count_gt",
+        _k(0, 20),
+        lambda p: f"the number of terms greater than {p['k']}",
+        lambda v, p: [f"if term > {p['k']}:", "    total = total + 1"],
+    ),
+    Op(
+        "sum_odd",
+        _none,
+        lambda p: "the sum of the odd terms",
+        lambda v, p: ["if term % 2 == 1:", "    total = total + term"],
+    ),
 ]
 
 FAMILIES = {
@@ -178,7 +258,9 @@ def split_pairings(heldout_fraction: float, seed: int) -> tuple[list, list]:
             if {p[1] for p in rest} == {p[1] for p in pairs} and {p[2] for p in rest} == {p[2] for p in pairs}:
                 break
         else:  # pragma: no cover - only for absurd fractions
-            raise ValueError(f"data.code_suite.heldout_fraction={heldout_fraction} leaves an operation with no training pairing")
+            raise ValueError(
+                f"data.code_suite.heldout_fraction={heldout_fraction} leaves an operation with no training pairing"
+            )
         held += cand
         train += rest
     return train, held
@@ -219,8 +301,11 @@ SYNONYMS = {
 }
 _CONNECTORS = [", then ", ", after that ", " and then "]
 _OPENINGS = {
-    "int": ["Take x, {ops}. Return the result.", "Start from the integer x: {ops}. Return the value.",
-            "Given x, {ops}, and return it."],
+    "int": [
+        "Take x, {ops}. Return the result.",
+        "Start from the integer x: {ops}. Return the value.",
+        "Given x, {ops}, and return it.",
+    ],
     "list": ["Given a list of integers xs, {ops}.", "Take the list xs, {ops}."],
     "str": ["Given a string s, {ops}.", "Take the string s, {ops}."],
 }
@@ -231,7 +316,9 @@ def _describe(fam: str, op: Op, params: dict, rng: random.Random) -> str:
     return rng.choice(choices)(params)
 
 
-def _build(fam: str, i: int, j: int, rng: random.Random, prefix: bool = False, train_pairs: frozenset = frozenset()) -> dict:
+def _build(
+    fam: str, i: int, j: int, rng: random.Random, prefix: bool = False, train_pairs: frozenset = frozenset()
+) -> dict:
     """A task built around the pairing (first[i], second[j]); ``prefix`` puts one more
     operation of the first kind in front. For integers, where the prefix forms a second pairing
     (prefix, first[i]), that pairing is always a training one, so a held-out pairing never
@@ -250,7 +337,11 @@ def _build(fam: str, i: int, j: int, rng: random.Random, prefix: bool = False, t
         (a, b), (pa, pb) = ops, params
         arg = "n"
         doc = f"For i in range(n), let term = {a.describe(pa)}. Return {b.describe(pb)}."
-        body = ["total = 0", "for i in range(n):"] + ["    " + ln for ln in a.lines("term", pa) + b.lines("term", pb)] + ["return total"]
+        body = (
+            ["total = 0", "for i in range(n):"]
+            + ["    " + ln for ln in a.lines("term", pa) + b.lines("term", pb)]
+            + ["return total"]
+        )
     else:
         arg = {"int": "x", "list": "xs", "str": "s"}[fam]
         phrases = [_describe(fam, op, p, rng) for op, p in zip(ops, params)]
@@ -271,8 +362,13 @@ def _build(fam: str, i: int, j: int, rng: random.Random, prefix: bool = False, t
         f"    {expected!r}\n"
         f'    """\n'
     )
-    return {"prompt": prompt, "canonical_solution": solution, "entry_point": name, "family": fam,
-            "ops": [op.name for op in ops]}
+    return {
+        "prompt": prompt,
+        "canonical_solution": solution,
+        "entry_point": name,
+        "family": fam,
+        "ops": [op.name for op in ops],
+    }
 
 
 def run_solution(source: str, entry_point: str, inputs: list[list]) -> list:
@@ -291,8 +387,15 @@ def _test_source(entry_point: str, inputs: list[list], outputs: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def generate_code_suite(n_train: int, n_eval: int, heldout_fraction: float, seed: int, n_base: int = 5, n_plus: int = 15,
-                        prefix_share: float = 0.5):
+def generate_code_suite(
+    n_train: int,
+    n_eval: int,
+    heldout_fraction: float,
+    seed: int,
+    n_base: int = 5,
+    n_plus: int = 15,
+    prefix_share: float = 0.5,
+):
     """Return (train, eval) lists of HumanEval+-format task dicts, deterministic in ``seed``."""
     train_pairs, held_pairs = split_pairings(heldout_fraction, seed)
     out = {}

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import random
 import sysconfig
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from .tokenization import encode_pair
-
 
 # Distillation prompt sets drawn from the synthetic corpus: the document sources each one keeps.
 PROMPT_SOURCES = {"all": ("code", "math"), "code": ("code",), "math": ("math",)}
@@ -30,7 +29,7 @@ def prompt_documents(docs: list[dict], prompts: str) -> list[dict]:
 def select_documents(docs, selection: str):
     """The documents a selection keeps: ``documents`` (all; an iterable stays lazy), or
     ``prompts_<name>``, the documents of prompt source <name> (PROMPT_SOURCES)."""
-    return docs if selection == "documents" else prompt_documents(list(docs), selection[len("prompts_"):])
+    return docs if selection == "documents" else prompt_documents(list(docs), selection[len("prompts_") :])
 
 
 def suite_documents(code_train: list[dict], math_train: list[dict]) -> list[dict]:
@@ -49,8 +48,10 @@ def stdlib_documents(n_files: int, seed: int, max_chars: int = 4000) -> list[dic
     docs = []
     for path in rng.sample(files, min(n_files, len(files))):
         text = path.read_text(encoding="utf-8", errors="replace")
-        docs += [{"prompt": "", "completion": text[i:i + max_chars], "source": f"stdlib/{path.name}"}
-                 for i in range(0, len(text), max_chars)]
+        docs += [
+            {"prompt": "", "completion": text[i : i + max_chars], "source": f"stdlib/{path.name}"}
+            for i in range(0, len(text), max_chars)
+        ]
     return docs
 
 
@@ -60,8 +61,13 @@ def hub_documents(spec: dict, seed: int) -> Iterator[dict]:
     ``prompt_field`` + ``completion_field`` for SFT-style data (prompt tokens are then never masked)."""
     from ..core.hub import load_hub_dataset
 
-    ds = load_hub_dataset(spec["path"], spec.get("name"), data_files=spec.get("data_files"),
-                          split=spec.get("split", "train"), streaming=True)
+    ds = load_hub_dataset(
+        spec["path"],
+        spec.get("name"),
+        data_files=spec.get("data_files"),
+        split=spec.get("split", "train"),
+        streaming=True,
+    )
     ds = ds.shuffle(seed=seed, buffer_size=spec.get("shuffle_buffer", 10_000))
     for row in ds:
         if spec.get("text_field"):

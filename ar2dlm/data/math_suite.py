@@ -56,10 +56,17 @@ def choice_items(items: list[dict], n_choices: int = 4, seed: int = 0) -> list[d
     for it in items:
         answer = int(it["answer"])
         wrong = rng.sample([answer + d for d in range(-12, 13) if d], n_choices - 1)
-        choices = [it["completion"]] + [re.sub(rf"(?<![\d-]){re.escape(it['answer'])}(?!\d)", str(w), it["completion"])
-                                         for w in wrong]
+        choices = [it["completion"]] + [
+            re.sub(rf"(?<![\d-]){re.escape(it['answer'])}(?!\d)", str(w), it["completion"]) for w in wrong
+        ]
         order = list(range(n_choices))
         rng.shuffle(order)
-        out.append({"task_id": it["task_id"], "prompt": it["prompt"], "choices": [choices[i] for i in order],
-                    "label": order.index(0)})
+        out.append(
+            {
+                "task_id": it["task_id"],
+                "prompt": it["prompt"],
+                "choices": [choices[i] for i in order],
+                "label": order.index(0),
+            }
+        )
     return out

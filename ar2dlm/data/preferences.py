@@ -12,9 +12,20 @@ import re
 
 from .code_suite import run_solution
 
-_SWAPS = [(" + ", " - "), (" - ", " + "), (" * ", " + "), (" // ", " % "), (" % ", " // "), (" > ", " < "),
-          (" < ", " > "), ("max(", "min("), ("min(", "max("), (".upper()", ".lower()"), ("[:", "[1:"),
-          ("return len(", "return 1 + len(")]
+_SWAPS = [
+    (" + ", " - "),
+    (" - ", " + "),
+    (" * ", " + "),
+    (" // ", " % "),
+    (" % ", " // "),
+    (" > ", " < "),
+    (" < ", " > "),
+    ("max(", "min("),
+    ("min(", "max("),
+    (".upper()", ".lower()"),
+    ("[:", "[1:"),
+    ("return len(", "return 1 + len("),
+]
 
 
 def _mutations(body: str, rng: random.Random):
@@ -22,16 +33,16 @@ def _mutations(body: str, rng: random.Random):
     cands = []
     for m in re.finditer(r"(?<![\w'])(\d+)(?![\w'])", body):
         k = int(m.group(1))
-        cands.append(body[: m.start()] + str(k + rng.choice([1, 2, 3])) + body[m.end():])
+        cands.append(body[: m.start()] + str(k + rng.choice([1, 2, 3])) + body[m.end() :])
     for m in re.finditer(r"'([a-j])'", body):
         other = rng.choice([ch for ch in "abcdefghij" if ch != m.group(1)])
-        cands.append(body[: m.start()] + f"'{other}'" + body[m.end():])
+        cands.append(body[: m.start()] + f"'{other}'" + body[m.end() :])
     for old, new in _SWAPS:
         if old in body:
             cands.append(body.replace(old, new, 1))
     for i, ln in enumerate(lines):
         if "return" not in ln and not ln.rstrip().endswith(":") and len(lines) >= 2:
-            cands.append("".join(lines[:i] + lines[i + 1:]))
+            cands.append("".join(lines[:i] + lines[i + 1 :]))
     rng.shuffle(cands)
     return cands
 
@@ -77,9 +88,18 @@ def make_preferences(domain: str, items: list[dict], n: int, seed: int, split: s
             chosen, rejected = item["completion"], math_rejected(item, rng)
         else:
             raise ValueError(f"unknown preference domain {domain!r} (known: code, math)")
-        pairs.append({"domain": domain, "source_id": item["task_id"], "prompt": item["prompt"],
-                      "chosen": chosen, "rejected": rejected})
+        pairs.append(
+            {
+                "domain": domain,
+                "source_id": item["task_id"],
+                "prompt": item["prompt"],
+                "chosen": chosen,
+                "rejected": rejected,
+            }
+        )
     if len(pairs) < n:
-        raise ValueError(f"data.preferences.n_{split}={n} but only {len(pairs)} {domain} pairs could be built "
-                         f"from {len(items)} {split} items")
+        raise ValueError(
+            f"data.preferences.n_{split}={n} but only {len(pairs)} {domain} pairs could be built "
+            f"from {len(items)} {split} items"
+        )
     return pairs

@@ -34,8 +34,14 @@ MODELS = {  # hub id -> tied embeddings (as the real configs)
     "Qwen/Qwen3-4B-Base": True,
     "Qwen/Qwen3-8B-Base": False,
 }
-WIDTH = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "head_dim": 16}
+WIDTH = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+}
 
 
 def qwen3_tokenizer_dir() -> Path:
@@ -80,9 +86,16 @@ def write_standin_model(folder: Path, tied: bool, seed: int = 0) -> None:
     cfg_path.write_text(json.dumps(tok_cfg, indent=2))
     tok = AutoTokenizer.from_pretrained(str(folder))
     eos = tok.convert_tokens_to_ids("<|endoftext|>")
-    config = Qwen3Config(vocab_size=VOCAB_SIZE, max_position_embeddings=32768, rope_theta=1_000_000.0,
-                         tie_word_embeddings=tied, bos_token_id=eos, eos_token_id=eos, torch_dtype="bfloat16",
-                         **WIDTH)
+    config = Qwen3Config(
+        vocab_size=VOCAB_SIZE,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=tied,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        torch_dtype="bfloat16",
+        **WIDTH,
+    )
     torch.manual_seed(seed)
     Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(str(folder))
 
@@ -116,14 +129,18 @@ def _splits(snap: Path, config: str, splits: dict[str, list[dict]], folder: str 
 def _chat(rng: random.Random, i: int) -> tuple[str, list[dict]]:
     a, b = rng.randint(2, 99), rng.randint(2, 99)
     prompt = f"Question {i}: what is {a} plus {b}? Explain briefly."
-    return prompt, [{"role": "user", "content": prompt},
-                    {"role": "assistant", "content": f"{a} plus {b} is {a + b}, adding the tens and the ones."}]
+    return prompt, [
+        {"role": "user", "content": prompt},
+        {"role": "assistant", "content": f"{a} plus {b} is {a + b}, adding the tens and the ones."},
+    ]
 
 
 def _fineweb_code(snap: Path, rng: random.Random) -> None:
     docs = stdlib_documents(40, seed=0)
-    rows = [{"text": d["completion"], "url": f"https://example.org/{i}", "score": round(rng.uniform(0.3, 1), 3)}
-            for i, d in enumerate(docs)]
+    rows = [
+        {"text": d["completion"], "url": f"https://example.org/{i}", "score": round(rng.uniform(0.3, 1), 3)}
+        for i, d in enumerate(docs)
+    ]
     _readme(snap, {"default": _splits(snap, "default", {"train": rows})})
 
 
@@ -133,24 +150,71 @@ def _ultrafeedback(snap: Path, rng: random.Random) -> None:
         for i in range(offset, offset + n):
             prompt, good = _chat(rng, i)
             bad = [good[0], {"role": "assistant", "content": "I am not sure."}]
-            out.append({"prompt": prompt, "prompt_id": hashlib.sha256(prompt.encode()).hexdigest(), "chosen": good,
-                        "rejected": bad, "messages": good, "score_chosen": 8.0, "score_rejected": 3.0})
+            out.append(
+                {
+                    "prompt": prompt,
+                    "prompt_id": hashlib.sha256(prompt.encode()).hexdigest(),
+                    "chosen": good,
+                    "rejected": bad,
+                    "messages": good,
+                    "score_chosen": 8.0,
+                    "score_rejected": 3.0,
+                }
+            )
         return out
-    _readme(snap, {"default": _splits(snap, "default", {
-        "train_prefs": rows(160, 0), "test_prefs": rows(60, 1000), "train_sft": rows(20, 2000),
-        "test_sft": rows(10, 3000), "train_gen": rows(20, 4000), "test_gen": rows(10, 5000)})})
+
+    _readme(
+        snap,
+        {
+            "default": _splits(
+                snap,
+                "default",
+                {
+                    "train_prefs": rows(160, 0),
+                    "test_prefs": rows(60, 1000),
+                    "train_sft": rows(20, 2000),
+                    "test_sft": rows(10, 3000),
+                    "train_gen": rows(20, 4000),
+                    "test_gen": rows(10, 5000),
+                },
+            )
+        },
+    )
 
 
 def _ultrachat(snap: Path, rng: random.Random) -> None:
     def rows(n, offset):
-        return [{"prompt": p, "prompt_id": hashlib.sha256(p.encode()).hexdigest(), "messages": m}
-                for p, m in (_chat(rng, i) for i in range(offset, offset + n))]
-    _readme(snap, {"default": _splits(snap, "default", {
-        "train_sft": rows(120, 0), "test_sft": rows(20, 1000), "train_gen": rows(20, 2000), "test_gen": rows(20, 3000)})})
+        return [
+            {"prompt": p, "prompt_id": hashlib.sha256(p.encode()).hexdigest(), "messages": m}
+            for p, m in (_chat(rng, i) for i in range(offset, offset + n))
+        ]
+
+    _readme(
+        snap,
+        {
+            "default": _splits(
+                snap,
+                "default",
+                {
+                    "train_sft": rows(120, 0),
+                    "test_sft": rows(20, 1000),
+                    "train_gen": rows(20, 2000),
+                    "test_gen": rows(20, 3000),
+                },
+            )
+        },
+    )
 
 
-MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
-                 "prealgebra", "precalculus")
+MATH_SUBJECTS = (
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+)
 
 
 def _math(snap: Path, rng: random.Random) -> None:
@@ -158,10 +222,16 @@ def _math(snap: Path, rng: random.Random) -> None:
         out = []
         for _ in range(n):
             a, b = rng.randint(2, 30), rng.randint(2, 30)
-            out.append({"problem": f"Solve for $x$: $x - {a} = {b}$.", "level": f"Level {rng.randint(1, 5)}",
-                        "type": subject.replace("_", " ").title(),
-                        "solution": f"Adding {a} to both sides gives $x = {a + b}$, so $x = \\boxed{{{a + b}}}$."})
+            out.append(
+                {
+                    "problem": f"Solve for $x$: $x - {a} = {b}$.",
+                    "level": f"Level {rng.randint(1, 5)}",
+                    "type": subject.replace("_", " ").title(),
+                    "solution": f"Adding {a} to both sides gives $x = {a + b}$, so $x = \\boxed{{{a + b}}}$.",
+                }
+            )
         return out
+
     _readme(snap, {s: _splits(snap, s, {"train": rows(s, 60), "test": rows(s, 20)}, folder=s) for s in MATH_SUBJECTS})
 
 
@@ -169,8 +239,14 @@ def _aime(snap: Path, rng: random.Random) -> None:
     rows = []
     for i in range(30):
         a, b = rng.randint(10, 400), rng.randint(10, 400)
-        rows.append({"ID": f"2024-{'I' if i < 15 else 'II'}-{i % 15 + 1}", "Problem": f"Find the sum of {a} and {b}.",
-                     "Solution": f"The sum is {a + b}.", "Answer": a + b})
+        rows.append(
+            {
+                "ID": f"2024-{'I' if i < 15 else 'II'}-{i % 15 + 1}",
+                "Problem": f"Find the sum of {a} and {b}.",
+                "Solution": f"The sum is {a + b}.",
+                "Answer": a + b,
+            }
+        )
     _write_parquet(snap / "aime_2024_problems.parquet", rows)
 
 
@@ -181,11 +257,19 @@ def _gpqa(snap: Path, rng: random.Random) -> None:
     for i in range(40):
         a, b = rng.randint(2, 50), rng.randint(2, 50)
         unit = rng.choice(["kg", "m", "mol", "J"])  # text answers, as GPQA's (a CSV reader keeps them strings)
-        rows.append({"Record ID": f"rec{i:04d}", "Question": f"What is {a} {unit} times {b}?",
-                     "Correct Answer": f"{a * b} {unit}", "Incorrect Answer 1": f"{a * b + 1} {unit}",
-                     "Incorrect Answer 2": f"{a + b} {unit}", "Incorrect Answer 3": f"{a * b - 2} {unit}",
-                     "Explanation": f"{a} x {b} = {a * b}.",
-                     "Subdomain": "Arithmetic", "High-level domain": "Mathematics"})
+        rows.append(
+            {
+                "Record ID": f"rec{i:04d}",
+                "Question": f"What is {a} {unit} times {b}?",
+                "Correct Answer": f"{a * b} {unit}",
+                "Incorrect Answer 1": f"{a * b + 1} {unit}",
+                "Incorrect Answer 2": f"{a + b} {unit}",
+                "Incorrect Answer 3": f"{a * b - 2} {unit}",
+                "Explanation": f"{a} x {b} = {a * b}.",
+                "Subdomain": "Arithmetic",
+                "High-level domain": "Mathematics",
+            }
+        )
     pd.DataFrame(rows).to_csv(snap / "gpqa_diamond.csv", index=False)
     _readme(snap, {"gpqa_diamond": {"train": "gpqa_diamond.csv"}})
 
@@ -194,14 +278,24 @@ def _retrieval(snap: Path, rng: random.Random) -> None:
     topics = ["protein folding", "gene expression", "vitamin intake", "sleep quality", "heart rate", "cell division"]
     corpus, queries, qrels = [], [], []
     for i, t in enumerate(topics * 4):
-        corpus.append({"_id": f"d{i}", "title": t.title(), "text": f"A study of {t} in {rng.randint(10, 900)} patients."})
+        corpus.append(
+            {"_id": f"d{i}", "title": t.title(), "text": f"A study of {t} in {rng.randint(10, 900)} patients."}
+        )
     for i, t in enumerate(topics):
         queries.append({"_id": f"q{i}", "text": f"Does {t} change with age?"})
-        qrels += [{"query-id": f"q{i}", "corpus-id": f"d{j}", "score": 1}
-                  for j in range(len(corpus)) if corpus[j]["title"] == t.title()]
-    _readme(snap, {"corpus": _splits(snap, "corpus", {"corpus": corpus}, folder="corpus"),
-                   "queries": _splits(snap, "queries", {"queries": queries}, folder="queries"),
-                   "default": _splits(snap, "default", {"test": qrels}, folder="qrels")})
+        qrels += [
+            {"query-id": f"q{i}", "corpus-id": f"d{j}", "score": 1}
+            for j in range(len(corpus))
+            if corpus[j]["title"] == t.title()
+        ]
+    _readme(
+        snap,
+        {
+            "corpus": _splits(snap, "corpus", {"corpus": corpus}, folder="corpus"),
+            "queries": _splits(snap, "queries", {"queries": queries}, folder="queries"),
+            "default": _splits(snap, "default", {"test": qrels}, folder="qrels"),
+        },
+    )
 
 
 def _sts(snap: Path, rng: random.Random) -> None:
@@ -210,11 +304,20 @@ def _sts(snap: Path, rng: random.Random) -> None:
         for _ in range(n):
             a = rng.choice(["a dog runs", "a man cooks", "two kids play", "the sun sets", "a car stops"])
             same = rng.random() < 0.5
-            out.append({"split": "test", "genre": "main-captions", "dataset": "MSRvid", "year": "2012",
-                        "sid": str(rng.randint(0, 9999)), "sentence1": a,
-                        "sentence2": a if same else rng.choice(["a cat sleeps", "rain falls", "a bird sings"]),
-                        "score": round(rng.uniform(3.5, 5.0) if same else rng.uniform(0, 1.5), 2)})
+            out.append(
+                {
+                    "split": "test",
+                    "genre": "main-captions",
+                    "dataset": "MSRvid",
+                    "year": "2012",
+                    "sid": str(rng.randint(0, 9999)),
+                    "sentence1": a,
+                    "sentence2": a if same else rng.choice(["a cat sleeps", "rain falls", "a bird sings"]),
+                    "score": round(rng.uniform(3.5, 5.0) if same else rng.uniform(0, 1.5), 2),
+                }
+            )
         return out
+
     _readme(snap, {"default": _splits(snap, "default", {"train": rows(40), "validation": rows(20), "test": rows(30)})})
 
 
@@ -225,9 +328,15 @@ def _banking(snap: Path, rng: random.Random) -> None:
         out = []
         for _ in range(n):
             k = rng.randrange(len(labels))
-            out.append({"text": f"Question about {labels[k].replace('_', ' ')} number {rng.randint(0, 99)}",
-                        "label": k, "label_text": labels[k]})
+            out.append(
+                {
+                    "text": f"Question about {labels[k].replace('_', ' ')} number {rng.randint(0, 99)}",
+                    "label": k,
+                    "label_text": labels[k],
+                }
+            )
         return out
+
     _readme(snap, {"default": _splits(snap, "default", {"train": rows(80), "test": rows(40)})})
 
 
@@ -253,7 +362,9 @@ def write_standin_hub(cache: str | Path, revisions: dict[str, str]) -> list[str]
     for repo_id, tied in MODELS.items():
         _in_cache(cache, repo_id, "model", lambda folder: write_standin_model(folder, tied))
     for repo_id, write in DATASETS.items():
-        _in_cache(cache, repo_id, "dataset", lambda folder: write(folder, random.Random(repo_id)), revisions.get(repo_id))
+        _in_cache(
+            cache, repo_id, "dataset", lambda folder: write(folder, random.Random(repo_id)), revisions.get(repo_id)
+        )
     return list(MODELS) + list(DATASETS)
 
 
@@ -268,21 +379,36 @@ def write_evalplus_release(cache: str | Path, n: int = 12) -> list[Path]:
     he, mbpp = [], []
     for i in range(n):
         k = i + 2
-        he.append({"task_id": f"HumanEval/{i}", "entry_point": f"add_{k}",
-                   "prompt": f"def add_{k}(x: int) -> int:\n    \"\"\"Return x plus {k}.\n    >>> add_{k}(1)\n    {1 + k}\n    \"\"\"\n",
-                   "canonical_solution": f"    return x + {k}\n", "contract": "", "atol": 0,
-                   "base_input": [[1], [5]], "plus_input": [[-3], [100]],
-                   "test": f"def check(candidate):\n    assert candidate(1) == {1 + k}\n"})
+        he.append(
+            {
+                "task_id": f"HumanEval/{i}",
+                "entry_point": f"add_{k}",
+                "prompt": f'def add_{k}(x: int) -> int:\n    """Return x plus {k}.\n    >>> add_{k}(1)\n    {1 + k}\n    """\n',
+                "canonical_solution": f"    return x + {k}\n",
+                "contract": "",
+                "atol": 0,
+                "base_input": [[1], [5]],
+                "plus_input": [[-3], [100]],
+                "test": f"def check(candidate):\n    assert candidate(1) == {1 + k}\n",
+            }
+        )
         # MBPP+ ids past the real ones (974), whose inputs evalplus deserialises specially
-        mbpp.append({"task_id": f"Mbpp/{1000 + i}", "entry_point": f"times_{k}",
-                     "prompt": f'"""\nWrite a function to multiply a number by {k}.\nassert times_{k}(2) == {2 * k}\n"""\n',
-                     "canonical_solution": f"def times_{k}(x):\n    return x * {k}\n", "contract": "", "atol": 0,
-                     "base_input": [[2], [3]], "plus_input": [[0], [-7]],
-                     "assertion": f"assert times_{k}(2) == {2 * k}\n"})
+        mbpp.append(
+            {
+                "task_id": f"Mbpp/{1000 + i}",
+                "entry_point": f"times_{k}",
+                "prompt": f'"""\nWrite a function to multiply a number by {k}.\nassert times_{k}(2) == {2 * k}\n"""\n',
+                "canonical_solution": f"def times_{k}(x):\n    return x * {k}\n",
+                "contract": "",
+                "atol": 0,
+                "base_input": [[2], [3]],
+                "plus_input": [[0], [-7]],
+                "assertion": f"assert times_{k}(2) == {2 * k}\n",
+            }
+        )
     paths = []
     for name, version, rows in (("HumanEvalPlus", HUMANEVAL_PLUS_VERSION, he), ("MbppPlus", MBPP_PLUS_VERSION, mbpp)):
         path = folder / f"{name}-{version}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         paths.append(path)
     return paths
-

@@ -18,8 +18,8 @@ so a resumed run seeks straight to its step.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -50,7 +50,7 @@ def document_rows(docs: Iterable[dict], tokenizer, seq_len: int) -> list[tuple[l
     for d in docs:
         p, c = encode_pair(tokenizer, d["prompt"], d["completion"])
         if not p:
-            rows += [(c[i:i + seq_len], 0) for i in range(0, len(c), seq_len) if len(c[i:i + seq_len]) > 1]
+            rows += [(c[i : i + seq_len], 0) for i in range(0, len(c), seq_len) if len(c[i : i + seq_len]) > 1]
         elif len(p) < seq_len:
             rows.append(((p + c)[:seq_len], len(p)))
     return rows
@@ -68,7 +68,7 @@ def document_tokens(docs: Iterable[dict], tokenizer) -> list[int]:
 def packed_rows(tokens: list[int], seq_len: int) -> list[tuple[list[int], int]]:
     """Rows of exactly ``seq_len`` tokens cut from a token stream in order (a tail shorter than a
     row is left out), each with prompt length 0."""
-    return [(tokens[i:i + seq_len], 0) for i in range(0, len(tokens) - seq_len + 1, seq_len)]
+    return [(tokens[i : i + seq_len], 0) for i in range(0, len(tokens) - seq_len + 1, seq_len)]
 
 
 def corpus_rows(docs: Iterable[dict], tokenizer, seq_len: int, packed: bool) -> list[tuple[list[int], int]]:
@@ -96,8 +96,10 @@ class TokenRows:
         self.directory = Path(directory)
         self.index = read_json(self.directory / "index.json")
         if "packed" not in self.index:
-            raise ValueError(f"{self.directory} holds token rows in an older layout (padded shards): delete it and "
-                             "rerun its token_rows job")
+            raise ValueError(
+                f"{self.directory} holds token rows in an older layout (padded shards): delete it and "
+                "rerun its token_rows job"
+            )
         self.seq_len = self.index["seq_len"]
         self._maps: dict[int, np.ndarray] = {}
         if self.index["packed"]:
@@ -119,7 +121,7 @@ class TokenRows:
             raise IndexError(f"row {i} of {len(self)}")
         if not self.index["packed"]:
             f, start, length, prompt = (int(v) for v in self._rows[i])
-            return self._file(f)[start:start + length].astype(np.int64).tolist(), prompt
+            return self._file(f)[start : start + length].astype(np.int64).tolist(), prompt
         lo, hi = i * self.seq_len, (i + 1) * self.seq_len
         k = int(np.searchsorted(self._starts, lo, side="right") - 1)
         out: list[int] = []
@@ -127,7 +129,7 @@ class TokenRows:
             f, start, length = (int(v) for v in self._segments[k])
             offset = lo - int(self._starts[k])
             take = min(hi - lo, length - offset)
-            out += self._file(f)[start + offset:start + offset + take].astype(np.int64).tolist()
+            out += self._file(f)[start + offset : start + offset + take].astype(np.int64).tolist()
             lo, k = lo + take, k + 1
         return out, 0
 

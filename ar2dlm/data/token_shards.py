@@ -27,9 +27,10 @@ import itertools
 import math
 import os
 import shutil
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -76,8 +77,9 @@ def _own_chunks(docs: Iterable[dict], shard: int, shards: int, chunk_docs: int, 
             return
 
 
-def tokenized_chunks(chunks: Iterator[tuple[int, list[dict]]], tokenizer_dir: str, seq_len: int, packed: bool,
-                     workers: int):
+def tokenized_chunks(
+    chunks: Iterator[tuple[int, list[dict]]], tokenizer_dir: str, seq_len: int, packed: bool, workers: int
+):
     """(chunk number, tokens, rows) in chunk order, tokenised by ``workers`` processes (a bounded
     number of chunks in flight, so a stream is read only as far as it is consumed)."""
     if workers <= 1:
@@ -86,6 +88,7 @@ def tokenized_chunks(chunks: Iterator[tuple[int, list[dict]]], tokenizer_dir: st
             yield (c, *_tokenize((docs, seq_len, packed)))
         return
     with ProcessPoolExecutor(workers, initializer=_load_tokenizer, initargs=(tokenizer_dir,)) as pool:
+
         def submit(item):
             return item[0], pool.submit(_tokenize, (item[1], seq_len, packed))
 
@@ -103,6 +106,7 @@ def tokenized_chunks(chunks: Iterator[tuple[int, list[dict]]], tokenizer_dir: st
 
 
 # --- one shard ------------------------------------------------------------------------------------
+
 
 def _part_name(k: int, kind: str) -> str:
     return f"part-{k:05d}-{kind}.npy"
@@ -164,15 +168,35 @@ class _Part:
         return {"tokens": self.size, "chunks": len(self.chunks), "rows": self.row_count}
 
 
-def write_shard(docs: Iterable[dict], tokenizer_dir, work, *, settings: dict, seq_len: int, packed: bool,
-                shard: int = 0, shards: int = 1, stop_tokens: int | None = None, workers: int = 1,
-                chunk_docs: int = CHUNK_DOCS, part_tokens: int = PART_TOKENS) -> dict:
+def write_shard(
+    docs: Iterable[dict],
+    tokenizer_dir,
+    work,
+    *,
+    settings: dict,
+    seq_len: int,
+    packed: bool,
+    shard: int = 0,
+    shards: int = 1,
+    stop_tokens: int | None = None,
+    workers: int = 1,
+    chunk_docs: int = CHUNK_DOCS,
+    part_tokens: int = PART_TOKENS,
+) -> dict:
     """Tokenise shard ``shard`` of ``shards`` of ``docs`` into ``work``, resuming what an earlier
     attempt under the same ``settings`` (source, tokenizer) wrote there; stop after the chunk that
     reaches ``stop_tokens``, or at the end of the source. Returns the progress record."""
     work = Path(work)
-    settings = {**settings, "seq_len": seq_len, "packed": packed, "shard": shard, "shards": shards,
-                "stop_tokens": stop_tokens, "chunk_docs": chunk_docs, "part_tokens": part_tokens}
+    settings = {
+        **settings,
+        "seq_len": seq_len,
+        "packed": packed,
+        "shard": shard,
+        "shards": shards,
+        "stop_tokens": stop_tokens,
+        "chunk_docs": chunk_docs,
+        "part_tokens": part_tokens,
+    }
     progress = _start(work, settings)
     if progress["done"]:
         return progress
@@ -209,6 +233,7 @@ def shard_stop_tokens(need: int | None, shards: int) -> int | None:
 
 # --- the merge ------------------------------------------------------------------------------------
 
+
 class Chunk(NamedTuple):
     file: str  # token file, relative to its folder
     folder: Path
@@ -220,15 +245,25 @@ class Chunk(NamedTuple):
 def _shard_chunks(folder: Path, packed: bool) -> tuple[dict, Iterator[tuple[int, Chunk]]]:
     progress = read_json(folder / "progress.json")
     if not progress["done"]:
-        raise ValueError(f"{folder}: shard {progress['settings']['shard']} of {progress['settings']['shards']} "
-                         "did not finish (its job stopped before the end of its share)")
+        raise ValueError(
+            f"{folder}: shard {progress['settings']['shard']} of {progress['settings']['shards']} "
+            "did not finish (its job stopped before the end of its share)"
+        )
 
     def chunks():
         for k in range(len(progress["parts"])):
             rows = None if packed else np.load(folder / _part_name(k, "rows"))
             for c, start, n, row_start, n_rows in np.load(folder / _part_name(k, "chunks")).tolist():
-                yield c, Chunk(_part_name(k, "tokens"), folder, start, n,
-                               None if packed else rows[row_start:row_start + n_rows])
+                yield (
+                    c,
+                    Chunk(
+                        _part_name(k, "tokens"),
+                        folder,
+                        start,
+                        n,
+                        None if packed else rows[row_start : row_start + n_rows],
+                    ),
+                )
 
     return progress, chunks()
 
@@ -290,8 +325,19 @@ def _link(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def merge_shards(shard_dirs: list, out_dir, *, docs: Documents, tokenizer_dir, seq_len: int, packed: bool,
-                 pad_id: int, info: dict, budget_tokens: int | None = None, chunk_docs: int = CHUNK_DOCS) -> dict:
+def merge_shards(
+    shard_dirs: list,
+    out_dir,
+    *,
+    docs: Documents,
+    tokenizer_dir,
+    seq_len: int,
+    packed: bool,
+    pad_id: int,
+    info: dict,
+    budget_tokens: int | None = None,
+    chunk_docs: int = CHUNK_DOCS,
+) -> dict:
     """The token-rows folder ``out_dir`` (replaced whole) from its shards' work folders, in source
     order, cut at ``budget_tokens`` (packed: the whole rows covering it). ``docs``: a fresh pass over
     the source, for chunks a shard stopped short of. ``info`` (source, selection, ordered, origin,
@@ -319,14 +365,21 @@ def merge_shards(shard_dirs: list, out_dir, *, docs: Documents, tokenizer_dir, s
         if need is not None and tokens >= need:
             break
     if need is not None and tokens < need:
-        raise ValueError(f"the {info['source']} ({info.get('origin', 'its source')}) holds only {tokens} tokens, fewer "
-                         f"than its budget of {budget_tokens} ({info.get('budget_key', 'its token budget')}): "
-                         "lower the budget or name a larger source")
+        raise ValueError(
+            f"the {info['source']} ({info.get('origin', 'its source')}) holds only {tokens} tokens, fewer "
+            f"than its budget of {budget_tokens} ({info.get('budget_key', 'its token budget')}): "
+            "lower the budget or name a larger source"
+        )
     rows = (tokens // seq_len) if packed else len(table)
     if not rows:
-        raise ValueError(f"no training rows for {info}: " + (
-            f"{tokens} tokens, fewer than one row of {seq_len}" if packed else
-            f"every document is longer than the sequence length ({seq_len}), or the corpus is empty"))
+        raise ValueError(
+            f"no training rows for {info}: "
+            + (
+                f"{tokens} tokens, fewer than one row of {seq_len}"
+                if packed
+                else f"every document is longer than the sequence length ({seq_len}), or the corpus is empty"
+            )
+        )
     shard_of = {Path(d): k for k, d in enumerate(shard_dirs)}
     names = []
     for folder, name in files:  # in the order numbered
@@ -338,24 +391,64 @@ def merge_shards(shard_dirs: list, out_dir, *, docs: Documents, tokenizer_dir, s
         tokens = rows * seq_len  # a tail shorter than a row is not trained on
     else:
         np.save(tmp / "rows.npy", np.array(table, dtype=np.int64).reshape(-1, 4))
-    index = {**info, "packed": packed, "seq_len": seq_len, "pad_id": pad_id, "rows": rows, "tokens": tokens,
-             "budget_tokens": budget_tokens, "shards": len(shard_dirs), "topped_up_chunks": len(top_up.parts),
-             "files": names}
+    index = {
+        **info,
+        "packed": packed,
+        "seq_len": seq_len,
+        "pad_id": pad_id,
+        "rows": rows,
+        "tokens": tokens,
+        "budget_tokens": budget_tokens,
+        "shards": len(shard_dirs),
+        "topped_up_chunks": len(top_up.parts),
+        "files": names,
+    }
     write_json(tmp / "index.json", index)
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)
     return index
 
 
-def write_token_rows(docs: Documents, tokenizer_dir, out_dir, *, settings: dict, seq_len: int, packed: bool,
-                     pad_id: int, info: dict, budget_tokens: int | None = None, workers: int = 1,
-                     chunk_docs: int = CHUNK_DOCS, part_tokens: int = PART_TOKENS) -> dict:
+def write_token_rows(
+    docs: Documents,
+    tokenizer_dir,
+    out_dir,
+    *,
+    settings: dict,
+    seq_len: int,
+    packed: bool,
+    pad_id: int,
+    info: dict,
+    budget_tokens: int | None = None,
+    workers: int = 1,
+    chunk_docs: int = CHUNK_DOCS,
+    part_tokens: int = PART_TOKENS,
+) -> dict:
     """One job's token rows: a single shard written (resumably) in ``<out_dir>.partial``, then merged."""
     work = Path(str(out_dir) + ".partial")
-    write_shard(docs(), tokenizer_dir, work, settings=settings, seq_len=seq_len, packed=packed,
-                stop_tokens=needed_tokens(budget_tokens, seq_len, packed), workers=workers, chunk_docs=chunk_docs,
-                part_tokens=part_tokens)
-    index = merge_shards([work], out_dir, docs=docs, tokenizer_dir=tokenizer_dir, seq_len=seq_len, packed=packed,
-                         pad_id=pad_id, info=info, budget_tokens=budget_tokens, chunk_docs=chunk_docs)
+    write_shard(
+        docs(),
+        tokenizer_dir,
+        work,
+        settings=settings,
+        seq_len=seq_len,
+        packed=packed,
+        stop_tokens=needed_tokens(budget_tokens, seq_len, packed),
+        workers=workers,
+        chunk_docs=chunk_docs,
+        part_tokens=part_tokens,
+    )
+    index = merge_shards(
+        [work],
+        out_dir,
+        docs=docs,
+        tokenizer_dir=tokenizer_dir,
+        seq_len=seq_len,
+        packed=packed,
+        pad_id=pad_id,
+        info=info,
+        budget_tokens=budget_tokens,
+        chunk_docs=chunk_docs,
+    )
     shutil.rmtree(work)
     return index

@@ -3,8 +3,8 @@ mask token, and prompt/continuation encoding that never merges across the bounda
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 EOS_TOKEN = "<|endoftext|>"
 MASK_TOKEN = "<|mask|>"
@@ -28,8 +28,13 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Pa
     )
     tok.train_from_iterator(texts, trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN, mask_token=MASK_TOKEN,
-        bos_token=None, unk_token=None, model_max_length=1 << 20,
+        tokenizer_object=tok,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        mask_token=MASK_TOKEN,
+        bos_token=None,
+        unk_token=None,
+        model_max_length=1 << 20,
     )
     fast.save_pretrained(str(out_dir))
     return fast
@@ -47,8 +52,11 @@ def load_pretrained_tokenizer(name_or_path: str, out_dir: str | Path | None = No
 
     # Resolve hub ids through a snapshot first: it fails in about a second offline, where
     # AutoTokenizer would retry for most of a minute.
-    local = name_or_path if Path(name_or_path).is_dir() else resolve_pretrained(
-        name_or_path, None, local_key="`data.tokenizer.path`")
+    local = (
+        name_or_path
+        if Path(name_or_path).is_dir()
+        else resolve_pretrained(name_or_path, None, local_key="`data.tokenizer.path`")
+    )
     tok = AutoTokenizer.from_pretrained(local)
     if tok.mask_token is None:
         tok.add_special_tokens({"mask_token": MASK_TOKEN})

@@ -84,10 +84,15 @@ def _expected_main(problems_path: str, dataset: str, out_path: str) -> None:
 
     expected = {}
     for p in pickle.loads(Path(problems_path).read_bytes()):
-        code, not_none = p["prompt"] + p["canonical_solution"], dataset == "mbpp" and p["entry_point"] in MBPP_OUTPUT_NOT_NONE_TASKS
+        code, not_none = (
+            p["prompt"] + p["canonical_solution"],
+            dataset == "mbpp" and p["entry_point"] in MBPP_OUTPUT_NOT_NONE_TASKS,
+        )
         expected[p["task_id"]] = {}
         for level in ("base", "plus"):
-            outs, times = trusted_exec(code, p[f"{level}_input"], p["entry_point"], record_time=True, output_not_none=not_none)
+            outs, times = trusted_exec(
+                code, p[f"{level}_input"], p["entry_point"], record_time=True, output_not_none=not_none
+            )
             expected[p["task_id"]] |= {level: outs, f"{level}_time": times}
     Path(out_path).write_bytes(pickle.dumps(expected))
 
@@ -98,10 +103,17 @@ def expected_outputs(problems: list[dict], dataset: str, timeout_s: float) -> di
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "problems.pkl", Path(tmp) / "expected.pkl"
         src.write_bytes(pickle.dumps(problems))
-        proc = subprocess.run([sys.executable, "-m", "ar2dlm.evaluation.code", "expected", str(src), dataset, str(out)],
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            [sys.executable, "-m", "ar2dlm.evaluation.code", "expected", str(src), dataset, str(out)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         if proc.returncode != 0:
-            raise RuntimeError(f"computing expected outputs from the canonical solutions failed:\n{proc.stderr[-3000:]}")
+            raise RuntimeError(
+                f"computing expected outputs from the canonical solutions failed:\n{proc.stderr[-3000:]}"
+            )
         return pickle.loads(out.read_bytes())
 
 
@@ -111,8 +123,13 @@ def evalplus_match(dataset: str, entry_point: str, inp: list, out, exp, atol: fl
     ``np.allclose`` for floats. Returns (match, atol): like evalplus, a float expectation sets
     atol to 1e-6 for the rest of the inputs."""
     from evalplus.eval import is_floats
-    from evalplus.eval._special_oracle import (MBPP_OUTPUT_NOT_NONE_TASKS, MBPP_OUTPUT_SET_EQ_TASKS,
-                                               _digit_distance_nums, _poly, _surface_Area)
+    from evalplus.eval._special_oracle import (
+        MBPP_OUTPUT_NOT_NONE_TASKS,
+        MBPP_OUTPUT_SET_EQ_TASKS,
+        _digit_distance_nums,
+        _poly,
+        _surface_Area,
+    )
 
     try:
         exact = out == exp
@@ -134,8 +151,11 @@ def evalplus_match(dataset: str, entry_point: str, inp: list, out, exp, atol: fl
         if atol == 0 and is_floats(exp):
             atol = 1e-6
         if not exact and atol != 0:
-            ok = type(out) is type(exp) and (not isinstance(exp, (list, tuple)) or len(out) == len(exp)) and \
-                bool(np.allclose(out, exp, rtol=1e-07, atol=atol))
+            ok = (
+                type(out) is type(exp)
+                and (not isinstance(exp, (list, tuple)) or len(out) == len(exp))
+                and bool(np.allclose(out, exp, rtol=1e-07, atol=atol))
+            )
             return ok, atol
         return bool(exact), atol
     except Exception:  # a comparison the output's shape does not allow is a failure, as in evalplus
@@ -162,7 +182,9 @@ def _evalplus_verdict(problem: dict, solution: str, expected: dict, dataset: str
                 program.allow(budget)
                 atol = problem["atol"]
                 for inp, exp, limit in zip(problem[f"{level}_input"], expected[level], per_input):
-                    match, atol = evalplus_match(dataset, problem["entry_point"], inp, program.call(inp, limit), exp, atol)
+                    match, atol = evalplus_match(
+                        dataset, problem["entry_point"], inp, program.call(inp, limit), exp, atol
+                    )
                     if not match:
                         return verdict
                 verdict[level] = True  # plus counts only on top of base
@@ -185,8 +207,10 @@ def _humaneval_verdict(problem: dict, completion: str, timeout_s: float, limits:
     tests = {}
     exec(compile(problem["prompt"] + "\n" + problem["test"], f"<tests of {problem['task_id']}>", "exec"), tests)
     try:
-        with SandboxedProgram(problem["prompt"] + completion, problem["entry_point"], budget_s=timeout_s,
-                              limits=limits) as program:
+        with SandboxedProgram(
+            problem["prompt"] + completion, problem["entry_point"], budget_s=timeout_s, limits=limits
+        ) as program:
+
             def candidate(*args):
                 try:
                     return program.call(args, timeout_s)
@@ -202,9 +226,17 @@ def _humaneval_verdict(problem: dict, completion: str, timeout_s: float, limits:
     return {"base": True, "result": "passed"}
 
 
-def score_samples(problems_path: str | Path, samples: list[dict], *, fmt: str = "evalplus", dataset: str = "humaneval",
-                  parallel: int = 2, timeout_s: int = 1800, test_timeout_s: float = 3.0,
-                  memory_bytes: int | None = None) -> dict:
+def score_samples(
+    problems_path: str | Path,
+    samples: list[dict],
+    *,
+    fmt: str = "evalplus",
+    dataset: str = "humaneval",
+    parallel: int = 2,
+    timeout_s: int = 1800,
+    test_timeout_s: float = 3.0,
+    memory_bytes: int | None = None,
+) -> dict:
     """Score ``samples`` ({task_id, completion or solution}) against the problems file, each program
     in its own sandbox (``ar2dlm.evaluation.sandbox``), the verdict computed here. HumanEval+ format
     (``base_input``/``plus_input``): outputs compared with the canonical solutions' by evalplus's
@@ -227,7 +259,9 @@ def score_samples(problems_path: str | Path, samples: list[dict], *, fmt: str = 
             from evalplus.data.mbpp import mbpp_deserialize_inputs
 
             for tid, p in problems.items():
-                p["base_input"], p["plus_input"] = (mbpp_deserialize_inputs(tid, p[k]) for k in ("base_input", "plus_input"))
+                p["base_input"], p["plus_input"] = (
+                    mbpp_deserialize_inputs(tid, p[k]) for k in ("base_input", "plus_input")
+                )
         needed = sorted({s["task_id"] for s in samples})
         expected = expected_outputs([problems[t] for t in needed], dataset, timeout_s)
 
@@ -236,6 +270,7 @@ def score_samples(problems_path: str | Path, samples: list[dict], *, fmt: str = 
             program = s["solution"] if "solution" in s else p["prompt"] + s["completion"]
             return _evalplus_verdict(p, program, expected[s["task_id"]], dataset, limits)
     else:
+
         def verdict(s: dict) -> dict:
             return _humaneval_verdict(problems[s["task_id"]], s["completion"], test_timeout_s, limits)
 
@@ -250,8 +285,9 @@ def score_samples(problems_path: str | Path, samples: list[dict], *, fmt: str = 
     for level in levels:
         for k in (1, 10):
             if n_min >= k:
-                metrics[f"{level}_pass@{k}"] = float(np.mean(
-                    [pass_at_k(len(v), sum(r[level] for r in v), k) for v in per_task.values()]))
+                metrics[f"{level}_pass@{k}"] = float(
+                    np.mean([pass_at_k(len(v), sum(r[level] for r in v), k) for v in per_task.values()])
+                )
     return {"metrics": metrics, "per_task": per_task}
 
 
@@ -266,25 +302,49 @@ def evaluate_code(model, tokenizer, conv, tasks: list[dict], cfg: dict, seed: in
     n = cfg["n_samples"]
     temperature = cfg["temperature"] if n > 1 else 0.0
     prompts = [encode_pair(tokenizer, t["prompt"], "", eos=False)[0] for t in tasks]
-    outs, stats = generate(model, tokenizer, conv, [p for p in prompts for _ in range(n)], cfg["max_new_tokens"],
-                           block_size=cfg.get("block_size"), threshold=cfg.get("threshold"),
-                           temperature=temperature, seed=seed, batch_size=cfg["batch_size"])
+    outs, stats = generate(
+        model,
+        tokenizer,
+        conv,
+        [p for p in prompts for _ in range(n)],
+        cfg["max_new_tokens"],
+        block_size=cfg.get("block_size"),
+        threshold=cfg.get("threshold"),
+        temperature=temperature,
+        seed=seed,
+        batch_size=cfg["batch_size"],
+    )
     texts = [tokenizer.decode(o) for o in outs]
     samples = [postprocess(t, texts[i * n + j], cfg["style"]) for i, t in enumerate(tasks) for j in range(n)]
     with tempfile.TemporaryDirectory() as tmp:  # evalplus scores every problem of its file
         problems = Path(tmp) / "problems.jsonl"
         write_jsonl(problems, tasks)
-        scored = score_samples(problems, samples, fmt=cfg["format"], dataset=cfg["dataset"],
-                               parallel=cfg["parallel"], memory_bytes=cfg.get("memory_bytes"))
+        scored = score_samples(
+            problems,
+            samples,
+            fmt=cfg["format"],
+            dataset=cfg["dataset"],
+            parallel=cfg["parallel"],
+            memory_bytes=cfg.get("memory_bytes"),
+        )
     position = {}
     for s, raw in zip(samples, texts):
         j = position.get(s["task_id"], 0)
         position[s["task_id"]] = j + 1
         s.update(raw=raw, **scored["per_task"][s["task_id"]][j])
-    per_task = {tid: {level: sum(r[level] for r in rows) for level in rows[0] if level != "result"} | {"n": len(rows)}
-                for tid, rows in scored["per_task"].items()}
-    return {"metrics": scored["metrics"], "n_tasks": len(tasks), "samples_per_task": n,
-            "temperature": temperature, "decoding": stats, "per_task": per_task, "samples": samples}
+    per_task = {
+        tid: {level: sum(r[level] for r in rows) for level in rows[0] if level != "result"} | {"n": len(rows)}
+        for tid, rows in scored["per_task"].items()
+    }
+    return {
+        "metrics": scored["metrics"],
+        "n_tasks": len(tasks),
+        "samples_per_task": n,
+        "temperature": temperature,
+        "decoding": stats,
+        "per_task": per_task,
+        "samples": samples,
+    }
 
 
 if __name__ == "__main__":

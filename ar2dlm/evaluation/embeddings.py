@@ -31,8 +31,10 @@ class MeanPooledEncoder:
     def embed(self, texts: list[str]) -> np.ndarray:
         out = []
         for i in range(0, len(texts), self.batch_size):
-            ids = [self.tokenizer.encode(t, add_special_tokens=False)[: self.max_length] or [self.conv.eos_token_id]
-                   for t in texts[i:i + self.batch_size]]
+            ids = [
+                self.tokenizer.encode(t, add_special_tokens=False)[: self.max_length] or [self.conv.eos_token_id]
+                for t in texts[i : i + self.batch_size]
+            ]
             x, valid = left_pad(ids, self.conv.pad_token_id)
             x, valid = x.to(self.model.device), valid.to(self.model.device)
             mode = "causal" if not self.conv.is_diffusion else "bidirectional"
@@ -79,16 +81,33 @@ def docstring_retrieval_task(tasks: list[dict]):
 
     class DocstringToFunction(AbsTaskRetrieval):
         metadata = TaskMetadata(
-            name="ar2dlm-DocstringToFunction", type="Retrieval", main_score="ndcg_at_10",
+            name="ar2dlm-DocstringToFunction",
+            type="Retrieval",
+            main_score="ndcg_at_10",
             description="Held-out synthetic code tasks: retrieve the function a docstring describes.",
-            reference=None, dataset={"path": "local", "revision": "1"}, category="t2t", eval_splits=["test"],
-            eval_langs=["eng-Latn"], date=None, dialect=[], domains=["Programming"], task_subtypes=[],
-            license="not specified", annotations_creators="derived", modalities=["text"],
-            sample_creation="created", bibtex_citation="")
+            reference=None,
+            dataset={"path": "local", "revision": "1"},
+            category="t2t",
+            eval_splits=["test"],
+            eval_langs=["eng-Latn"],
+            date=None,
+            dialect=[],
+            domains=["Programming"],
+            task_subtypes=[],
+            license="not specified",
+            annotations_creators="derived",
+            modalities=["text"],
+            sample_creation="created",
+            bibtex_citation="",
+        )
 
         def load_data(self, num_proc=None, **kwargs):
-            split = RetrievalSplitData(queries=Dataset.from_list(queries), corpus=Dataset.from_list(corpus),
-                                       relevant_docs=qrels, top_ranked=None)
+            split = RetrievalSplitData(
+                queries=Dataset.from_list(queries),
+                corpus=Dataset.from_list(corpus),
+                relevant_docs=qrels,
+                top_ranked=None,
+            )
             self.dataset = {"default": {"test": split}}
             self.data_loaded = True
 
@@ -116,7 +135,9 @@ def evaluate_embeddings(encoder: MeanPooledEncoder, tasks) -> dict:
     import mteb
 
     tasks = [cached_mteb_task(t) if isinstance(t, str) else t for t in tasks]
-    result = mteb.evaluate(encoder, tasks, cache=None, show_progress_bar=False, encode_kwargs={"batch_size": encoder.batch_size})
+    result = mteb.evaluate(
+        encoder, tasks, cache=None, show_progress_bar=False, encode_kwargs={"batch_size": encoder.batch_size}
+    )
     out = {}
     for task_result in result.task_results:
         scores = task_result.scores

@@ -29,9 +29,19 @@ from ..core.sampling import generate
 class HarnessLM(LM):
     MAX_GEN_TOKS = 256  # lm-eval's own default for a model class
 
-    def __init__(self, pretrained: str, batch_size: int | str = 16, elbo_samples: int = 32, threshold: float = 0.9,
-                 block_size: int | None = None, max_gen_toks: int = MAX_GEN_TOKS, seed: int = 0,
-                 dtype: torch.dtype | str | None = None, device: str = "auto", **kwargs):
+    def __init__(
+        self,
+        pretrained: str,
+        batch_size: int | str = 16,
+        elbo_samples: int = 32,
+        threshold: float = 0.9,
+        block_size: int | None = None,
+        max_gen_toks: int = MAX_GEN_TOKS,
+        seed: int = 0,
+        dtype: torch.dtype | str | None = None,
+        device: str = "auto",
+        **kwargs,
+    ):
         super().__init__()
         if isinstance(dtype, str):  # from lm-eval's model_args, e.g. dtype=bfloat16
             dtype = getattr(torch, dtype)
@@ -49,7 +59,7 @@ class HarnessLM(LM):
     def _encode(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         # lm-eval convention: trailing whitespace of the context belongs to the continuation
         n = len(context) - len(context.rstrip())
-        context, continuation = context[: len(context) - n], context[len(context) - n:] + continuation
+        context, continuation = context[: len(context) - n], context[len(context) - n :] + continuation
         enc = lambda s: self.tokenizer(s, add_special_tokens=False)["input_ids"] if s else []  # noqa: E731
         ctx = enc(context) or [self.conv.eos_token_id]
         return ctx, enc(continuation)
@@ -57,8 +67,9 @@ class HarnessLM(LM):
     def _score(self, pairs) -> list[tuple[float, bool]]:
         if not self.conv.is_diffusion:
             return ar_scores(self.model, pairs, self.conv.pad_token_id, self.batch_size)
-        elbos = dlm_elbo(self.model, self.conv, pairs, n_samples=self.elbo_samples, seed=self.seed,
-                         batch_size=self.batch_size)
+        elbos = dlm_elbo(
+            self.model, self.conv, pairs, n_samples=self.elbo_samples, seed=self.seed, batch_size=self.batch_size
+        )
         return [(r["elbo"], self._dlm_greedy(p, c)) for r, (p, c) in zip(elbos, pairs)]
 
     @torch.no_grad()
@@ -73,8 +84,9 @@ class HarnessLM(LM):
         masked[rows, cols] = True
         noisy = clean.masked_fill(masked, self.conv.mask_token_id)
         ones = torch.ones_like(clean)
-        batch = NoisedBatch(clean, noisy, masked, masked.float(), masked, ones,
-                            torch.full((n,), len(prompt), device=dev), ones.float())
+        batch = NoisedBatch(
+            clean, noisy, masked, masked.float(), masked, ones, torch.full((n,), len(prompt), device=dev), ones.float()
+        )
         logits, _ = forward_aligned(self.model, batch, self.conv)
         return bool((logits[rows, cols].argmax(-1) == clean[rows, cols]).all())
 
@@ -99,17 +111,29 @@ class HarnessLM(LM):
             until = kwargs.get("until") or []
             temperature = float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample") else 0.0
             groups.setdefault((self.generation_length(kwargs), temperature), []).append(
-                (i, self._encode(context, "")[0], [until] if isinstance(until, str) else until))
+                (i, self._encode(context, "")[0], [until] if isinstance(until, str) else until)
+            )
         limit = getattr(self.model.config, "max_position_embeddings", None)
         out: list[str | None] = [None] * len(requests)
         for (n, temperature), items in groups.items():
             items.sort(key=lambda it: -len(it[1]))  # similar lengths share a batch (less padding)
             if limit and len(items[0][1]) + n > limit:
-                raise ValueError(f"a {len(items[0][1])}-token prompt + {n} generated tokens exceeds the model's "
-                                 f"{limit} positions: lower the benchmark's max_gen_toks")
-            ids, _ = generate(self.model, self.tokenizer, self.conv, [p for _, p, _ in items], n,
-                              block_size=self.block_size, threshold=self.threshold, temperature=temperature,
-                              seed=self.seed, batch_size=self.batch_size)
+                raise ValueError(
+                    f"a {len(items[0][1])}-token prompt + {n} generated tokens exceeds the model's "
+                    f"{limit} positions: lower the benchmark's max_gen_toks"
+                )
+            ids, _ = generate(
+                self.model,
+                self.tokenizer,
+                self.conv,
+                [p for _, p, _ in items],
+                n,
+                block_size=self.block_size,
+                threshold=self.threshold,
+                temperature=temperature,
+                seed=self.seed,
+                batch_size=self.batch_size,
+            )
             for (i, _, until), row in zip(items, ids):
                 text = self.tokenizer.decode(row)
                 for stop in until:
@@ -118,16 +142,29 @@ class HarnessLM(LM):
         return out
 
 
-def evaluate_harness(lm: HarnessLM, tasks: list, limit: int | None = None, num_fewshot: int | None = None,
-                     seed: int = 0) -> dict:
+def evaluate_harness(
+    lm: HarnessLM, tasks: list, limit: int | None = None, num_fewshot: int | None = None, seed: int = 0
+) -> dict:
     """Run lm-eval tasks (names or config dicts) on ``lm``; returns {task: {metric: value}}."""
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
     # whole task configs need no index of lm-eval's tasks (building one takes 5-50 s)
     manager = TaskManager(include_defaults=False) if all(isinstance(t, dict) for t in tasks) else None
-    res = simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit, num_fewshot=num_fewshot, log_samples=False,
-                          random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed,
-                          bootstrap_iters=0)
-    return {task: {k.split(",")[0]: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "alias"}
-            for task, metrics in res["results"].items()}
+    res = simple_evaluate(
+        model=lm,
+        tasks=tasks,
+        task_manager=manager,
+        limit=limit,
+        num_fewshot=num_fewshot,
+        log_samples=False,
+        random_seed=seed,
+        numpy_random_seed=seed,
+        torch_random_seed=seed,
+        fewshot_random_seed=seed,
+        bootstrap_iters=0,
+    )
+    return {
+        task: {k.split(",")[0]: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "alias"}
+        for task, metrics in res["results"].items()
+    }

@@ -44,15 +44,35 @@ def evaluate_math(model, tokenizer, conv, items: list[dict], cfg: dict, seed: in
     from ..data.tokenization import encode_pair
 
     prompts = [encode_pair(tokenizer, it["prompt"], "", eos=False)[0] for it in items]
-    outs, stats = generate(model, tokenizer, conv, prompts, cfg["max_new_tokens"], block_size=cfg.get("block_size"),
-                           threshold=cfg.get("threshold"), seed=seed, batch_size=cfg["batch_size"])
+    outs, stats = generate(
+        model,
+        tokenizer,
+        conv,
+        prompts,
+        cfg["max_new_tokens"],
+        block_size=cfg.get("block_size"),
+        threshold=cfg.get("threshold"),
+        seed=seed,
+        batch_size=cfg["batch_size"],
+    )
     rows = []
     for it, out in zip(items, outs):
         text = tokenizer.decode(out)
         for stop in STOP_SEQUENCES:
             text = text.split(stop)[0]
         pred = extract_answer(text)
-        rows.append({"task_id": it["task_id"], "answer": it["answer"], "prediction": pred, "raw": text,
-                     "correct": pred is not None and pred == normalize(str(it["answer"]))})
-    return {"metrics": {"exact_match": sum(r["correct"] for r in rows) / len(rows)}, "n_tasks": len(rows),
-            "decoding": stats, "samples": rows}
+        rows.append(
+            {
+                "task_id": it["task_id"],
+                "answer": it["answer"],
+                "prediction": pred,
+                "raw": text,
+                "correct": pred is not None and pred == normalize(str(it["answer"])),
+            }
+        )
+    return {
+        "metrics": {"exact_match": sum(r["correct"] for r in rows) / len(rows)},
+        "n_tasks": len(rows),
+        "decoding": stats,
+        "samples": rows,
+    }

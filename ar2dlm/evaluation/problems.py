@@ -42,8 +42,11 @@ def benchmark_problems(name: str, cfg: dict, suite_path: str | Path | None, cach
         try:
             problems = list(fetch().values())
         except Exception as exc:  # evalplus raises whatever urllib raises when offline
-            raise ConfigError(key, f"could not fetch the evalplus {cfg['dataset']} release ({type(exc).__name__}: "
-                                   f"{exc}); give a local copy with source: path") from exc
+            raise ConfigError(
+                key,
+                f"could not fetch the evalplus {cfg['dataset']} release ({type(exc).__name__}: "
+                f"{exc}); give a local copy with source: path",
+            ) from exc
     else:
         raise ConfigError(f"{key}.source", f"unknown source {source!r} (known: {', '.join(SOURCES)})")
     return problems[: cfg["limit"]] if cfg.get("limit") else problems

@@ -50,12 +50,18 @@ from .sandbox_runner import decode, encode
 
 RUNNER_SOURCE = (Path(__file__).parent / "sandbox_runner.py").read_text()
 UNPRIVILEGED_UID = 65534  # nobody: the uid a root evaluator drops to before entering the sandbox
-MAX_REPLY_BYTES = 64 * 1024 ** 2
-DEFAULT_LIMITS = {"memory_bytes": 2 * 1024 ** 3, "file_bytes": 16 * 1024 ** 2, "processes": 16,
-                  "open_files": 64, "tmp_bytes": 64 * 1024 ** 2}
+MAX_REPLY_BYTES = 64 * 1024**2
+DEFAULT_LIMITS = {
+    "memory_bytes": 2 * 1024**3,
+    "file_bytes": 16 * 1024**2,
+    "processes": 16,
+    "open_files": 64,
+    "tmp_bytes": 64 * 1024**2,
+}
 STARTUP_ALLOWANCE_S = 10.0  # bubblewrap and the interpreter's start-up: 0.05 s on 2 idle cores
-INSTALL_HINT = ("install the Debian/Ubuntu package `bubblewrap` (apt-get install bubblewrap; "
-                "dnf install bubblewrap on Fedora/RHEL)")
+INSTALL_HINT = (
+    "install the Debian/Ubuntu package `bubblewrap` (apt-get install bubblewrap; dnf install bubblewrap on Fedora/RHEL)"
+)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -120,8 +126,12 @@ def _importable_entries() -> list[str]:
             continue
         for top in {Path(str(f)).parts[0] for f in dist.files or []}:
             path = os.path.realpath(dist.locate_file(top))
-            if top != ".." and not top.endswith((".dist-info", ".egg-info")) and os.path.exists(path) \
-                    and _under(os.path.dirname(path), _site_dirs()):
+            if (
+                top != ".."
+                and not top.endswith((".dist-info", ".egg-info"))
+                and os.path.exists(path)
+                and _under(os.path.dirname(path), _site_dirs())
+            ):
                 out.add(path)
     return sorted(out)
 
@@ -131,9 +141,16 @@ def _answer_dirs() -> list[str]:
     working directory (``results/``), the hub and evalplus caches."""
     home = os.path.expanduser("~")
     cache_home = os.environ.get("XDG_CACHE_HOME", os.path.join(home, ".cache"))
-    dirs = [Path(__file__).resolve().parents[2], os.getcwd(), cache_home,
-            *[os.environ[k] for k in ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "EVALPLUS_CACHE",
-                                      "TRANSFORMERS_CACHE") if os.environ.get(k)]]
+    dirs = [
+        Path(__file__).resolve().parents[2],
+        os.getcwd(),
+        cache_home,
+        *[
+            os.environ[k]
+            for k in ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "EVALPLUS_CACHE", "TRANSFORMERS_CACHE")
+            if os.environ.get(k)
+        ],
+    ]
     return [os.path.realpath(d) for d in dirs]
 
 
@@ -141,8 +158,14 @@ def _masked_dirs() -> list[str]:
     """What the sandbox replaces with an empty tmpfs: every package folder, and every answer-bearing
     folder that lies inside a bound one (never one holding the interpreter)."""
     bound = _system_dirs() + _interpreter_dirs()
-    answers = [d for d in _answer_dirs() if os.path.isdir(d) and _under(d, bound) and d not in bound
-               and not any(_under(i, [d]) for i in _interpreter_dirs())]
+    answers = [
+        d
+        for d in _answer_dirs()
+        if os.path.isdir(d)
+        and _under(d, bound)
+        and d not in bound
+        and not any(_under(i, [d]) for i in _interpreter_dirs())
+    ]
     return sorted(set(_site_dirs()) | set(answers), key=lambda d: (d.count(os.sep), d))
 
 
@@ -153,7 +176,9 @@ def bwrap_command(limits: dict) -> list[str]:
     root read-only."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        raise SandboxUnavailable(f"generated code runs in a bubblewrap sandbox and `bwrap` is not on PATH: {INSTALL_HINT}")
+        raise SandboxUnavailable(
+            f"generated code runs in a bubblewrap sandbox and `bwrap` is not on PATH: {INSTALL_HINT}"
+        )
     outer = [bwrap, "--die-with-parent", "--perms", "0755", "--dir", "/tmp"]  # where the inner layer mounts its /tmp
     for d in _system_dirs() + _interpreter_dirs():
         for parent in reversed(Path(d).parents[:-1]):  # bubblewrap would make them 0700
@@ -169,15 +194,46 @@ def bwrap_command(limits: dict) -> list[str]:
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
-            raise SandboxUnavailable("the sandbox drops root with `setpriv` (Debian/Ubuntu package util-linux), not found")
+            raise SandboxUnavailable(
+                "the sandbox drops root with `setpriv` (Debian/Ubuntu package util-linux), not found"
+            )
         outer += ["--ro-bind", setpriv, "/run/setpriv"]
         drop = ["/run/setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups"]
-    inner = ["/run/bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--size", str(limits["tmp_bytes"]),
-             "--tmpfs", "/dev/shm", "--proc", "/proc", "--size", str(limits["tmp_bytes"]), "--tmpfs", "/tmp",
-             *[arg for d in _interpreter_dirs() if d.startswith("/tmp/") for arg in ("--ro-bind", d, d)],  # a venv in /tmp
-             "--remount-ro", "/dev", "--remount-ro", "/", "--unshare-all", "--unshare-user", "--disable-userns",
-             "--die-with-parent", "--new-session", "--clearenv", "--setenv", "PYTHONHASHSEED", "0",
-             "--chdir", "/tmp", "--"]
+    inner = [
+        "/run/bwrap",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--size",
+        str(limits["tmp_bytes"]),
+        "--tmpfs",
+        "/dev/shm",
+        "--proc",
+        "/proc",
+        "--size",
+        str(limits["tmp_bytes"]),
+        "--tmpfs",
+        "/tmp",
+        *[arg for d in _interpreter_dirs() if d.startswith("/tmp/") for arg in ("--ro-bind", d, d)],  # a venv in /tmp
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--setenv",
+        "PYTHONHASHSEED",
+        "0",
+        "--chdir",
+        "/tmp",
+        "--",
+    ]
     return outer + ["--"] + drop + inner + [sys.executable, "-I", "-S", "-B", "-c", RUNNER_SOURCE]
 
 
@@ -188,20 +244,22 @@ def _import_path() -> list[str]:
     these."""
     import site
 
-    return [p for p in sys.path if p and os.path.isdir(p) and (p.startswith(sys.base_prefix) or p.startswith(sys.prefix))] + \
-        [p for p in site.getsitepackages() if p not in sys.path]
+    return [
+        p for p in sys.path if p and os.path.isdir(p) and (p.startswith(sys.base_prefix) or p.startswith(sys.prefix))
+    ] + [p for p in site.getsitepackages() if p not in sys.path]
 
 
 @cache
 def require_sandbox() -> None:
     """Fail clearly, before any work, when the sandbox cannot start here."""
     cmd = bwrap_command(DEFAULT_LIMITS)
-    probe = subprocess.run(cmd[:cmd.index("-c")] + ["-c", "print(1)"], capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(cmd[: cmd.index("-c")] + ["-c", "print(1)"], capture_output=True, text=True, timeout=60)
     if probe.returncode != 0 or probe.stdout.strip() != "1":
         raise SandboxUnavailable(
             f"the bubblewrap sandbox for generated code does not start here (exit {probe.returncode}): "
             f"{probe.stderr.strip()[-500:]}\nIt needs unprivileged user namespaces (sysctl "
-            f"kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0); {INSTALL_HINT}")
+            f"kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0); {INSTALL_HINT}"
+        )
 
 
 KILL_WAIT_S = 10.0
@@ -214,9 +272,14 @@ def _tell_guard(op: str, pids: list[int]) -> None:
     (``sandbox_guard``), started here with the first sandbox (and again in a forked evaluator)."""
     with _GUARD["lock"]:
         if _GUARD["pid"] != os.getpid() or _GUARD["proc"].poll() is not None:
-            _GUARD["proc"] = subprocess.Popen([sys.executable, "-I", "-S", "-c", GUARD_SOURCE], stdin=subprocess.PIPE,
-                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                              start_new_session=True, close_fds=True)
+            _GUARD["proc"] = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", GUARD_SOURCE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
             _GUARD["pid"] = os.getpid()
         try:
             _GUARD["proc"].stdin.write(f"{op} {' '.join(map(str, pids))}\n".encode())
@@ -274,19 +337,31 @@ class SandboxedProgram:
         self.proc = None
         self.buffer = b""
 
-    def __enter__(self) -> "SandboxedProgram":
+    def __enter__(self) -> SandboxedProgram:
         # a process group of its own: both bubblewrap launchers (the namespace's processes start a session)
-        self.proc = subprocess.Popen(bwrap_command(self.limits), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, close_fds=True, env={"PATH": "/usr/bin:/bin"},
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            bwrap_command(self.limits),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+            env={"PATH": "/usr/bin:/bin"},
+            start_new_session=True,
+        )
         _tell_guard("+", [self.proc.pid])
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.proc.stdout, selectors.EVENT_READ)
         try:
             runner_limits = {k: self.limits[k] for k in ("memory_bytes", "file_bytes", "processes", "open_files")}
             runner_limits["cpu_s"] = int(self.budget_s) + 2
-            self._send({"program": self.program, "entry_point": self.entry_point, "limits": runner_limits,
-                        "path": _import_path()})
+            self._send(
+                {
+                    "program": self.program,
+                    "entry_point": self.entry_point,
+                    "limits": runner_limits,
+                    "path": _import_path(),
+                }
+            )
             # The budget runs from here: starting bubblewrap and Python does not count against the program.
             self.deadline = time.monotonic() + self.budget_s + STARTUP_ALLOWANCE_S
             ready = self._receive(self.deadline) == {"ready": True}

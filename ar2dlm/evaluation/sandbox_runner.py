@@ -71,7 +71,7 @@ def decode(j, depth=0):
         return [decode(v, d) for v in j]
     if type(j) is not dict or len(j) != 1:
         raise ValueError("not plain data")
-    (tag, v), = j.items()
+    ((tag, v),) = j.items()
     if tag not in _TAGS:
         raise ValueError(f"unknown tag {tag!r}")
     if tag == "bytes":
@@ -94,21 +94,37 @@ def decode(j, depth=0):
 
 # -- the runner -------------------------------------------------------------------------------
 
-_DENIED = ("os.system", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
-           "os.kill", "os.killpg", "os.setuid", "os.chroot", "ctypes.dlsym", "ctypes.call_function", "socket.",
-           "_posixsubprocess.")
+_DENIED = (
+    "os.system",
+    "os.fork",
+    "os.forkpty",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "subprocess.Popen",
+    "os.kill",
+    "os.killpg",
+    "os.setuid",
+    "os.chroot",
+    "ctypes.dlsym",
+    "ctypes.call_function",
+    "socket.",
+    "_posixsubprocess.",
+)
 
 
 def _second_layer(root):
     """An audit hook (it cannot be removed once added) refusing process creation, signals, native
     calls, sockets and writes outside ``root``. A second layer only: the boundary is the sandbox."""
+
     def hook(event, args):
         if event.startswith(_DENIED) or (event == "ctypes.dlopen" and args[0] is not None):
             raise PermissionError(f"sandbox: {event} is not allowed")  # ctypes itself opens the process (None)
         if event == "open" and args[0] is not None and not isinstance(args[0], int):
             mode, flags = args[1], args[2] or 0
             writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or flags & (
-                os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+                os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+            )
             path = os.fsdecode(args[0])
             if writes and not os.path.normpath(os.path.join(root, path)).startswith(root + os.sep):
                 raise PermissionError(f"sandbox: writing {path!r} outside {root}")
@@ -130,7 +146,7 @@ def main():
     def reply(obj):
         data = (json.dumps(obj) + "\n").encode()
         while data:
-            data = data[os.write(chan_out, data):]
+            data = data[os.write(chan_out, data) :]
 
     first = json.loads(chan_in.readline())
     sys.path[:] = first["path"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import yaml
 
@@ -96,8 +96,9 @@ def _throughput(model_dir, spec, inputs, seed, name):
         grid = [(t, b) for b in spec["block_sizes"] for t in spec["thresholds"]]
     rows = []
     for threshold, block in grid:
-        res = evaluate_code(model, tok, conv, tasks, {**spec, "threshold": threshold, "block_size": block,
-                                                      "n_samples": 1}, seed=seed)
+        res = evaluate_code(
+            model, tok, conv, tasks, {**spec, "threshold": threshold, "block_size": block, "n_samples": 1}, seed=seed
+        )
         rows.append({"threshold": threshold, "block_size": block, **res["metrics"], **res["decoding"]})
     return info, {"metrics": {}, "n_tasks": len(tasks), "rows": rows}
 
@@ -107,17 +108,26 @@ def _math(model_dir, spec, inputs, seed, name):
 
     model, tok, conv, info = _load(model_dir, spec)
     items = read_jsonl(inputs["math"])
-    return info, evaluate_math(model, tok, conv, items[: spec["limit"]] if spec.get("limit") else items, spec, seed=seed)
+    return info, evaluate_math(
+        model, tok, conv, items[: spec["limit"]] if spec.get("limit") else items, spec, seed=seed
+    )
 
 
 def _harness(model_dir, spec, inputs, seed, name):
     """lm-eval through the ``ar2dlm`` model class, which loads the model itself."""
     from .harness import HarnessLM, evaluate_harness
 
-    lm = HarnessLM(str(model_dir), batch_size=spec["batch_size"], elbo_samples=spec["elbo_samples"],
-                   threshold=spec["threshold"], block_size=spec.get("block_size"), seed=seed,
-                   dtype=_dtype(spec), device=spec.get("device", "auto"),
-                   max_gen_toks=spec.get("max_gen_toks", HarnessLM.MAX_GEN_TOKS))
+    lm = HarnessLM(
+        str(model_dir),
+        batch_size=spec["batch_size"],
+        elbo_samples=spec["elbo_samples"],
+        threshold=spec["threshold"],
+        block_size=spec.get("block_size"),
+        seed=seed,
+        dtype=_dtype(spec),
+        device=spec.get("device", "auto"),
+        max_gen_toks=spec.get("max_gen_toks", HarnessLM.MAX_GEN_TOKS),
+    )
     with tempfile.TemporaryDirectory() as tmp:
         task = spec["task"]
         if spec["local"]:
@@ -136,12 +146,16 @@ def _embeddings(model_dir, spec, inputs, seed, name):
     from .embeddings import MeanPooledEncoder, docstring_retrieval_task, evaluate_embeddings
 
     model, tok, conv, info = _load(model_dir, spec)
-    tasks = [docstring_retrieval_task(read_jsonl(inputs["code"])) if t in LOCAL_EMBEDDING_TASKS else t
-             for t in spec["tasks"]]
+    tasks = [
+        docstring_retrieval_task(read_jsonl(inputs["code"])) if t in LOCAL_EMBEDDING_TASKS else t for t in spec["tasks"]
+    ]
     scores = evaluate_embeddings(MeanPooledEncoder(model, tok, conv, name, batch_size=spec["batch_size"]), tasks)
     mean = sum(s["main_score"] for s in scores.values()) / len(scores)
-    return info, {"metrics": {"main_score": mean}, "tasks": scores,
-                  "pooling": "mean, " + ("bidirectional" if conv.is_diffusion else "causal")}
+    return info, {
+        "metrics": {"main_score": mean},
+        "tasks": scores,
+        "pooling": "mean, " + ("bidirectional" if conv.is_diffusion else "causal"),
+    }
 
 
 def _likelihood(model_dir, spec, inputs, seed, name):
@@ -156,7 +170,11 @@ def _likelihood(model_dir, spec, inputs, seed, name):
         items = read_jsonl(inputs[domain])[: spec["limit"]]
         key = "canonical_solution" if domain == "code" else "completion"
         pairs = [encode_pair(tok, it["prompt"], it[key]) for it in items]
-        kwargs = {"n_samples": spec["elbo_samples"], "seed": seed, "batch_size": spec["batch_size"]} if conv.is_diffusion else {}
+        kwargs = (
+            {"n_samples": spec["elbo_samples"], "seed": seed, "batch_size": spec["batch_size"]}
+            if conv.is_diffusion
+            else {}
+        )
         lls = loglikelihood(model, conv, pairs, **kwargs)
         metrics[f"nll_per_token_{domain}"] = -sum(lls) / sum(len(c) for _, c in pairs)
     return info, {"metrics": metrics, "bound": "ELBO (upper bound on NLL)" if conv.is_diffusion else "exact"}
@@ -178,17 +196,24 @@ class BenchmarkKind:
 
 
 BENCHMARK_KINDS = {
-    "code": BenchmarkKind(_code, lambda spec: ("problems",),
-                          ("base_pass@1", "plus_pass@1", "base_pass@10", "plus_pass@10"), decoded=True,
-                          suite="code_suite"),
+    "code": BenchmarkKind(
+        _code,
+        lambda spec: ("problems",),
+        ("base_pass@1", "plus_pass@1", "base_pass@10", "plus_pass@10"),
+        decoded=True,
+        suite="code_suite",
+    ),
     "math": BenchmarkKind(_math, lambda spec: ("math",), ("exact_match",), decoded=True, suite="math_suite"),
     "harness": BenchmarkKind(_harness, lambda spec: ("math",) if spec["local"] else (), ("acc", "exact_match")),
-    "embeddings": BenchmarkKind(_embeddings, lambda spec: ("code",) if set(LOCAL_EMBEDDING_TASKS) & set(spec["tasks"])
-                                else (), ("main_score",)),
-    "throughput": BenchmarkKind(_throughput, lambda spec: ("problems",), ("base_pass@1",), decoded=True, rows=True,
-                                suite="code_suite"),
-    "likelihood": BenchmarkKind(_likelihood, lambda spec: ("code", "math"),
-                                ("nll_per_token_code", "nll_per_token_math")),
+    "embeddings": BenchmarkKind(
+        _embeddings, lambda spec: ("code",) if set(LOCAL_EMBEDDING_TASKS) & set(spec["tasks"]) else (), ("main_score",)
+    ),
+    "throughput": BenchmarkKind(
+        _throughput, lambda spec: ("problems",), ("base_pass@1",), decoded=True, rows=True, suite="code_suite"
+    ),
+    "likelihood": BenchmarkKind(
+        _likelihood, lambda spec: ("code", "math"), ("nll_per_token_code", "nll_per_token_math")
+    ),
 }
 
 
@@ -199,11 +224,22 @@ def run_benchmark(name: str, spec: dict, model_dir: str | Path, inputs: dict, *,
     if kind not in BENCHMARK_KINDS:
         raise ValueError(f"unknown benchmark kind {kind!r} (known: {', '.join(BENCHMARK_KINDS)})")
     info, result = BENCHMARK_KINDS[kind].run(model_dir, spec, inputs, seed, name)
-    return {"benchmark": name, "kind": kind, "model_dir": str(model_dir), "method": info.get("method"),
-            "conventions": {k: info.get(k) for k in ("attention", "shift", "block_size")},
-            "seed": seed, "settings": spec, **result, "wall_seconds": round(time.time() - t0, 2),
-            "versions": library_versions(_dtype_name(spec)),
-            # which code and settings made this number: the model's recorded settings (a run's
-            # resolved config, a DPO's or a merge's) and the benchmark's
-            "provenance": {"commit": code_commit(), "model_settings_sha256": settings_hash(info.get("run_settings", info)),
-                           "benchmark_settings_sha256": settings_hash(spec)}}
+    return {
+        "benchmark": name,
+        "kind": kind,
+        "model_dir": str(model_dir),
+        "method": info.get("method"),
+        "conventions": {k: info.get(k) for k in ("attention", "shift", "block_size")},
+        "seed": seed,
+        "settings": spec,
+        **result,
+        "wall_seconds": round(time.time() - t0, 2),
+        "versions": library_versions(_dtype_name(spec)),
+        # which code and settings made this number: the model's recorded settings (a run's
+        # resolved config, a DPO's or a merge's) and the benchmark's
+        "provenance": {
+            "commit": code_commit(),
+            "model_settings_sha256": settings_hash(info.get("run_settings", info)),
+            "benchmark_settings_sha256": settings_hash(spec),
+        },
+    }

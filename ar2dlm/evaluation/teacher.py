@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ..core.likelihood import ar_loglikelihood
 from ..core.models import load_model
-from ..provenance import code_commit, library_versions, read_jsonl, settings_hash
 from ..data.tokenization import encode_pair
+from ..provenance import code_commit, library_versions, read_jsonl, settings_hash
 from .code import evaluate_code
 from .sandbox import require_sandbox
 
@@ -32,17 +32,35 @@ def evaluate_teacher(model_dir, code_eval_path, math_eval_path, cfg: dict) -> di
         "code": completion_loss(model, tok, [(t["prompt"], t["canonical_solution"]) for t in tasks], cfg["batch_size"]),
         "math": completion_loss(model, tok, [(m["prompt"], m["completion"]) for m in maths], cfg["batch_size"]),
     }
-    code_cfg = {"n_samples": 1, "temperature": 0.0, "max_new_tokens": cfg["max_new_tokens"], "batch_size": cfg["batch_size"],
-                "format": "evalplus", "dataset": "humaneval", "style": "body", "parallel": cfg["parallel"]}
+    code_cfg = {
+        "n_samples": 1,
+        "temperature": 0.0,
+        "max_new_tokens": cfg["max_new_tokens"],
+        "batch_size": cfg["batch_size"],
+        "format": "evalplus",
+        "dataset": "humaneval",
+        "style": "body",
+        "parallel": cfg["parallel"],
+    }
     code = evaluate_code(model, tok, conv, tasks, code_cfg)
     return {
-        "benchmark": "synthetic_code", "run": "teacher", "decoding": "greedy AR with KV cache",
-        "n_tasks": len(tasks), "samples_per_task": 1, **code["metrics"],
-        "heldout_loss": heldout, "generated_tokens": code["decoding"]["response_tokens"],
+        "benchmark": "synthetic_code",
+        "run": "teacher",
+        "decoding": "greedy AR with KV cache",
+        "n_tasks": len(tasks),
+        "samples_per_task": 1,
+        **code["metrics"],
+        "heldout_loss": heldout,
+        "generated_tokens": code["decoding"]["response_tokens"],
         "generation_seconds": code["decoding"]["seconds"],
-        "settings": cfg, "conventions": conv.to_dict(), "code_eval": str(code_eval_path),
+        "settings": cfg,
+        "conventions": conv.to_dict(),
+        "code_eval": str(code_eval_path),
         "versions": library_versions(),
-        "provenance": {"commit": code_commit(), "model_settings_sha256": settings_hash(info),
-                       "benchmark_settings_sha256": settings_hash(cfg)},
+        "provenance": {
+            "commit": code_commit(),
+            "model_settings_sha256": settings_hash(info),
+            "benchmark_settings_sha256": settings_hash(cfg),
+        },
         "samples": code["samples"],
     }

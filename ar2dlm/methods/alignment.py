@@ -24,8 +24,12 @@ SCHEMA = {
     "properties": {
         "lambda": {"type": "number", "minimum": 0},
         "metric": {"enum": ["cos", "l2"]},
-        "layers": {"oneOf": [{"enum": ["all", "lower", "middle", "upper"]},
-                             {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}]},
+        "layers": {
+            "oneOf": [
+                {"enum": ["all", "lower", "middle", "upper"]},
+                {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+            ]
+        },
     },
 }
 
@@ -35,9 +39,12 @@ def layer_indices(spec, n_layers: int) -> list[int]:
     if isinstance(spec, list):
         return spec
     third = math.ceil((n_layers + 1) / 3)
-    return {"all": list(range(n_layers + 1)), "lower": list(range(0, third)),
-            "middle": list(range(third, min(2 * third, n_layers + 1))),
-            "upper": list(range(min(2 * third, n_layers + 1), n_layers + 1))}[spec]
+    return {
+        "all": list(range(n_layers + 1)),
+        "lower": list(range(0, third)),
+        "middle": list(range(third, min(2 * third, n_layers + 1))),
+        "upper": list(range(min(2 * third, n_layers + 1), n_layers + 1)),
+    }[spec]
 
 
 def alignment_positions(batch: NoisedBatch, shift: bool) -> torch.Tensor:
@@ -50,8 +57,14 @@ def alignment_positions(batch: NoisedBatch, shift: bool) -> torch.Tensor:
     return pos
 
 
-def alignment_loss(student_hidden, teacher_hidden, where: torch.Tensor, layers: list[int], metric: str,
-                   total: torch.Tensor | None = None) -> torch.Tensor:
+def alignment_loss(
+    student_hidden,
+    teacher_hidden,
+    where: torch.Tensor,
+    layers: list[int],
+    metric: str,
+    total: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Mean over layers and selected positions of 1 - cos (or the mean squared difference);
     ``total``: the number of selected positions of the whole batch when ``where`` selects one
     process's share (the sum over processes is then the whole batch's mean)."""
@@ -73,12 +86,13 @@ def align_loss(run: dict, conv: Conventions, step: StepOutputs) -> torch.Tensor:
     attention) and the causal teacher's on the clean tokens."""
     hs = step.student.hidden_states
     if conv.attention == "block":
-        hs = [h[:, step.batch.clean.shape[1]:] for h in hs]
+        hs = [h[:, step.batch.clean.shape[1] :] for h in hs]
     layers = layer_indices(run["align"]["layers"], len(hs) - 1)
     where = alignment_positions(step.batch, conv.shift)
     total = step.whole_count(lambda b: alignment_positions(b, conv.shift))
-    return run["align"]["lambda"] * alignment_loss(hs, step.teacher().hidden_states, where, layers,
-                                                   run["align"]["metric"], total)
+    return run["align"]["lambda"] * alignment_loss(
+        hs, step.teacher().hidden_states, where, layers, run["align"]["metric"], total
+    )
 
 
 def layer_problems(run: dict, config: dict):
@@ -89,19 +103,32 @@ def layer_problems(run: dict, config: dict):
     for m in run["models"]:
         arch = config["models"][m].get("arch")
         if arch and max(layers) > arch["num_hidden_layers"]:
-            yield "align.layers", (f"layer {max(layers)} does not exist in {m} "
-                                   f"(hidden states 0..{arch['num_hidden_layers']})")
+            yield (
+                "align.layers",
+                (f"layer {max(layers)} does not exist in {m} (hidden states 0..{arch['num_hidden_layers']})"),
+            )
 
 
 def memory(sz) -> dict[str, float]:
     """The student's hidden states of every layer, kept for the loss (with activation checkpointing
     too: they are the layers' outputs), and the teacher's, one more (its embedding output)."""
     shape = sz.shape
-    return {"activations": shape.layers * sz.act * shape.hidden * sz.launch.rows * sz.positions,
-            "teacher": (shape.layers + 1) * sz.act * shape.hidden * sz.launch.rows * sz.seq_len}
+    return {
+        "activations": shape.layers * sz.act * shape.hidden * sz.launch.rows * sz.positions,
+        "teacher": (shape.layers + 1) * sz.act * shape.hidden * sz.launch.rows * sz.seq_len,
+    }
 
 
-TERM = Term(key="align", noun="an alignment term", defaults=ALIGN_DEFAULTS, schema=SCHEMA, loss=align_loss,
-            active=lambda run: run["align"]["lambda"] > 0, teacher="decoder", student_hidden=True,
-            checks=layer_problems, memory=memory,
-            description="REPR-ALIGN: align the student's hidden states to the frozen causal teacher's")
+TERM = Term(
+    key="align",
+    noun="an alignment term",
+    defaults=ALIGN_DEFAULTS,
+    schema=SCHEMA,
+    loss=align_loss,
+    active=lambda run: run["align"]["lambda"] > 0,
+    teacher="decoder",
+    student_hidden=True,
+    checks=layer_problems,
+    memory=memory,
+    description="REPR-ALIGN: align the student's hidden states to the frozen causal teacher's",
+)

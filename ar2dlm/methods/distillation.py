@@ -19,27 +19,47 @@ from ..training.sharding import gathered
 from .spec import ComposedObjective, StepOutputs, Term
 
 # divelab/OPDLM's public code: forward KL, threshold 0.9, on-policy.
-DISTILL_DEFAULTS = {"on_policy": True, "divergence": "forward_kl", "top_k": None, "threshold": 0.9, "prompts": "all",
-                    "curriculum": None, "rollout_length": None}
+DISTILL_DEFAULTS = {
+    "on_policy": True,
+    "divergence": "forward_kl",
+    "top_k": None,
+    "threshold": 0.9,
+    "prompts": "all",
+    "curriculum": None,
+    "rollout_length": None,
+}
 
 SCHEMA = {
     "description": "OPDLM term, KL between the frozen AR teacher and the student on masked positions",
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "on_policy": {"type": "boolean",
-                      "description": "true: the student's own trajectories; false: random masks of clean data"},
+        "on_policy": {
+            "type": "boolean",
+            "description": "true: the student's own trajectories; false: random masks of clean data",
+        },
         "divergence": {"enum": ["forward_kl", "reverse_kl", "jsd"]},
         "top_k": {"type": ["integer", "null"], "minimum": 1},
         "threshold": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "prompts": {"type": "string",
-                    "description": "all, code or math (the synthetic corpus), or a key of data.prompt_sets"},
-        "curriculum": {"oneOf": [
-            {"type": "null"},
-            {"type": "object", "additionalProperties": False, "required": ["min_length", "max_length", "warmup_steps"],
-             "properties": {"min_length": {"type": "integer", "minimum": 1},
-                            "max_length": {"type": "integer", "minimum": 1},
-                            "warmup_steps": {"type": "integer", "minimum": 1}}}]},
+        "prompts": {
+            "type": "string",
+            "description": "all, code or math (the synthetic corpus), or a key of data.prompt_sets",
+        },
+        "curriculum": {
+            "oneOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["min_length", "max_length", "warmup_steps"],
+                    "properties": {
+                        "min_length": {"type": "integer", "minimum": 1},
+                        "max_length": {"type": "integer", "minimum": 1},
+                        "warmup_steps": {"type": "integer", "minimum": 1},
+                    },
+                },
+            ]
+        },
         "rollout_length": {"type": "integer", "minimum": 1},
     },
 }
@@ -76,8 +96,16 @@ def teacher_targets(teacher, batch: NoisedBatch, where: torch.Tensor, hidden: bo
     i - 1, projected at those positions only. Returns (logits (N, V) in ``where``'s row-major
     order, outputs)."""
     idx = torch.arange(batch.clean.shape[1], device=where.device).expand_as(where)
-    return logits_at(teacher, where, (idx - 1).clamp(min=0), batch.clean.shape[1], input_ids=batch.clean,
-                     attention_mask=batch.valid, position_ids=position_ids(batch.valid), output_hidden_states=hidden)
+    return logits_at(
+        teacher,
+        where,
+        (idx - 1).clamp(min=0),
+        batch.clean.shape[1],
+        input_ids=batch.clean,
+        attention_mask=batch.valid,
+        position_ids=position_ids(batch.valid),
+        output_hidden_states=hidden,
+    )
 
 
 def rollout_length(distill: dict, step: int, block_size: int) -> int:
@@ -91,8 +119,16 @@ def rollout_length(distill: dict, step: int, block_size: int) -> int:
     return max(block_size, int(length) // block_size * block_size)
 
 
-def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: int, threshold: float,
-                    generators: list[torch.Generator], seed: int, counts: dict | None = None) -> NoisedBatch:
+def on_policy_state(
+    model,
+    conv: Conventions,
+    prompts: list[list[int]],
+    length: int,
+    threshold: float,
+    generators: list[torch.Generator],
+    seed: int,
+    counts: dict | None = None,
+) -> NoisedBatch:
     """Decode with the student's own sampler, then take one partially decoded state per block from
     the trajectory (uniformly among the steps where that row still had masks, drawn from the row's
     own generator: ``block_size`` draws per block, one per possible step, so a row's pick does not
@@ -102,8 +138,18 @@ def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: 
     traj = Trajectory()
     was_training = model.training
     with gathered(model):  # a sharded student decodes its own prompts without collectives
-        generate_dlm(model, conv, prompts, length, conv.block_size, threshold=threshold,
-                     use_cache=conv.attention == "block", seed=seed, stop_at_eos=False, trajectory=traj)
+        generate_dlm(
+            model,
+            conv,
+            prompts,
+            length,
+            conv.block_size,
+            threshold=threshold,
+            use_cache=conv.attention == "block",
+            seed=seed,
+            stop_at_eos=False,
+            trajectory=traj,
+        )
     model.train(was_training)
     if counts is not None:
         counts["forward_tokens"] = traj.forward_tokens
@@ -114,9 +160,9 @@ def on_policy_state(model, conv: Conventions, prompts: list[list[int]], length: 
     for start, states in by_block.items():
         stack = torch.stack(states, 1)  # (B, steps, block)
         has_mask = (stack == conv.mask_token_id).any(-1)  # (B, steps)
-        draw = torch.stack([torch.rand(conv.block_size, generator=g) for g in generators])[:, :stack.shape[1]]
+        draw = torch.stack([torch.rand(conv.block_size, generator=g) for g in generators])[:, : stack.shape[1]]
         pick = (draw.to(stack.device) * has_mask).argmax(1)
-        noisy[:, start:start + conv.block_size] = stack[torch.arange(len(pick), device=stack.device), pick]
+        noisy[:, start : start + conv.block_size] = stack[torch.arange(len(pick), device=stack.device), pick]
     masked = noisy == conv.mask_token_id
     zeros = torch.zeros(x0.shape, dtype=torch.float32, device=x0.device)
     elig = traj.valid.bool() & (position_ids(traj.valid) >= traj.prompt_lens.view(-1, 1))
@@ -162,18 +208,20 @@ class Distillation(ComposedObjective):
         length = rollout_length(d, step, conv.block_size)
         if d["on_policy"]:
             ids, _, plens = mb.local()
-            prompts = [ids[i, :int(plens[i])].tolist() for i in range(len(ids))]
+            prompts = [ids[i, : int(plens[i])].tolist() for i in range(len(ids))]
             picks = [torch.Generator().manual_seed((self.seed * 1_000_003 + i) * 2 + 1) for i in mb.sample_ids()]
             counts = {}
-            batch = on_policy_state(model, conv, prompts, length, d["threshold"], picks,
-                                    seed=self.seed * 1_000_003 + step, counts=counts)
+            batch = on_policy_state(
+                model, conv, prompts, length, d["threshold"], picks, seed=self.seed * 1_000_003 + step, counts=counts
+            )
             masked = whole_batch_count(batch.masked, mb.world)
             whole_count = lambda select: whole_batch_count(select(batch), mb.world)  # noqa: E731
         else:
             keep = (position_ids(mb.valid) < mb.prompt_lens.view(-1, 1) + length) & mb.valid.bool()
             width = int(keep.sum(1).max())
-            whole = noise(mb.ids[:, :width], (mb.valid.bool() & keep)[:, :width].long(), mb.prompt_lens, conv,
-                          generator=generator)
+            whole = noise(
+                mb.ids[:, :width], (mb.valid.bool() & keep)[:, :width].long(), mb.prompt_lens, conv, generator=generator
+            )
             batch = mb.share(whole)
             masked = mb.whole_count(whole.masked)
             whole_count = lambda select: mb.whole_count(select(whole))  # noqa: E731
@@ -205,14 +253,29 @@ def problems(run: dict, config: dict):
     key, d, sets = "distill", run["distill"], config["data"]["prompt_sets"]
     if d["prompts"] in PROMPT_SOURCES:
         if config["data"]["corpus"]["source"] != "synthetic":
-            yield f"{key}.prompts", (f"{d['prompts']!r} selects prompts of the synthetic corpus; with a hub corpus "
-                                     "name a key of data.prompt_sets")
+            yield (
+                f"{key}.prompts",
+                (
+                    f"{d['prompts']!r} selects prompts of the synthetic corpus; with a hub corpus "
+                    "name a key of data.prompt_sets"
+                ),
+            )
     elif d["prompts"] not in sets:
-        yield f"{key}.prompts", (f"{d['prompts']!r} is neither all, code, math nor a key of data.prompt_sets "
-                                 f"({', '.join(sets) or 'none defined'})")
+        yield (
+            f"{key}.prompts",
+            (
+                f"{d['prompts']!r} is neither all, code, math nor a key of data.prompt_sets "
+                f"({', '.join(sets) or 'none defined'})"
+            ),
+        )
     elif not d["on_policy"] and not sets[d["prompts"]].get("completion_field"):
-        yield f"{key}.on_policy", (f"off-policy distillation needs clean completions; data.prompt_sets.{d['prompts']} "
-                                   "has no completion_field")
+        yield (
+            f"{key}.on_policy",
+            (
+                f"off-policy distillation needs clean completions; data.prompt_sets.{d['prompts']} "
+                "has no completion_field"
+            ),
+        )
     lengths = [d["rollout_length"]] if d["rollout_length"] else []
     if d["curriculum"]:
         c = d["curriculum"]
@@ -246,6 +309,15 @@ def decode_seconds(shape, run: dict, launch, cluster: dict) -> float:
     return length * (2 * shape.params + kv) / (cluster["gpu_bandwidth_tb_s"] * 1e12)
 
 
-TERM = Term(key="distill", noun="a distillation term", defaults=DISTILL_DEFAULTS, schema=SCHEMA, objective=Distillation,
-            checks=problems, memory=memory, decode_seconds=decode_seconds, training_data=training_data,
-            description="OPDLM: distil the frozen AR teacher into the student on its own decoding states")
+TERM = Term(
+    key="distill",
+    noun="a distillation term",
+    defaults=DISTILL_DEFAULTS,
+    schema=SCHEMA,
+    objective=Distillation,
+    checks=problems,
+    memory=memory,
+    decode_seconds=decode_seconds,
+    training_data=training_data,
+    description="OPDLM: distil the frozen AR teacher into the student on its own decoding states",
+)

@@ -15,13 +15,13 @@ from .spec import Method
 
 class Preference(Objective):
     """DPO (TRL's default sigmoid loss): -log sigmoid(beta * ((log pi(y_w|x) - log ref(y_w|x)) -
-    (log pi(y_l|x) - log ref(y_l|x)))), averaged over pairs, the frozen reference in the teacher
-    slot (sharded with the policy when the plan says so). Sequence log-likelihoods: the sum over
-    response tokens of a causal model's log-probabilities, or a DLM's ELBO with ``elbo_samples``
-    mask draws per row shared by policy and reference (drawn for the whole micro-batch, so they do
-    not depend on the number of processes). Full DPO sharded like a conversion: AR-MAP's full-DPO
-    option on several GPUs; one process runs TRL's DPOTrainer instead (``ar2dlm.armap.dpo``). It
-takes no added loss terms."""
+        (log pi(y_l|x) - log ref(y_l|x)))), averaged over pairs, the frozen reference in the teacher
+        slot (sharded with the policy when the plan says so). Sequence log-likelihoods: the sum over
+        response tokens of a causal model's log-probabilities, or a DLM's ELBO with ``elbo_samples``
+        mask draws per row shared by policy and reference (drawn for the whole micro-batch, so they do
+        not depend on the number of processes). Full DPO sharded like a conversion: AR-MAP's full-DPO
+        option on several GPUs; one process runs TRL's DPOTrainer instead (``ar2dlm.armap.dpo``). It
+    takes no added loss terms."""
 
     needs_teacher = True
     teacher_head = True
@@ -44,8 +44,9 @@ takes no added loss terms."""
             idx = position_ids(valid)
             where = (idx >= plens.view(-1, 1)) & valid.bool()
             source = (torch.arange(ids.shape[1], device=ids.device).expand_as(where) - 1).clamp(min=0)
-            logits, _ = logits_at(model, where, source, ids.shape[1], input_ids=ids, attention_mask=valid,
-                                  position_ids=idx)
+            logits, _ = logits_at(
+                model, where, source, ids.shape[1], input_ids=ids, attention_mask=valid, position_ids=idx
+            )
             per = -selected_nll(logits, ids[where])
             return torch.zeros(len(ids), device=ids.device, dtype=per.dtype).index_add(0, where.nonzero()[:, 0], per)
         total = 0.0
@@ -62,8 +63,14 @@ takes no added loss terms."""
         if not torch.equal(mb.rows[mb.rows >= pairs], chosen + pairs):
             raise ValueError(f"a micro-batch of {pairs} pairs must divide among {mb.world} processes")
         rows = torch.cat([chosen, chosen + pairs])
-        noised = [noise(mb.ids, mb.valid, mb.prompt_lens, self.conv, generator=generator).select(rows)
-                  for _ in range(self.run["preference"]["elbo_samples"])] if self.conv.is_diffusion else []
+        noised = (
+            [
+                noise(mb.ids, mb.valid, mb.prompt_lens, self.conv, generator=generator).select(rows)
+                for _ in range(self.run["preference"]["elbo_samples"])
+            ]
+            if self.conv.is_diffusion
+            else []
+        )
         ids, valid, plens = mb.ids[rows], mb.valid[rows], mb.prompt_lens[rows]
         policy = self._logps(model, ids, valid, plens, noised)
         with torch.no_grad():
@@ -76,5 +83,10 @@ takes no added loss terms."""
         return {"dpo": -F.logsigmoid(margin.float()).sum() / pairs * mb.world}
 
 
-METHOD = Method(name="dpo", objective=Preference, defaults={"preference": {"elbo_samples": 1}}, conversion=False,
-                description="DPO on preference pairs against a frozen reference (TRL's sigmoid loss)")
+METHOD = Method(
+    name="dpo",
+    objective=Preference,
+    defaults={"preference": {"elbo_samples": 1}},
+    conversion=False,
+    description="DPO on preference pairs against a frozen reference (TRL's sigmoid loss)",
+)

@@ -4,7 +4,9 @@ position-dependent masking, no shift, block 32."""
 from .mdlm import Diffusion
 from .spec import Method
 
-METHOD = Method(name="efficient_dlm", objective=Diffusion,
-                defaults={"attention": "block", "block_size": 32, "shift": False, "masking": "positional",
-                          "positional_beta": 2.0},
-                description="masked diffusion on a block-attention student with position-dependent masking")
+METHOD = Method(
+    name="efficient_dlm",
+    objective=Diffusion,
+    defaults={"attention": "block", "block_size": 32, "shift": False, "masking": "positional", "positional_beta": 2.0},
+    description="masked diffusion on a block-attention student with position-dependent masking",
+)

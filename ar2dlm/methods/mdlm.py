@@ -18,8 +18,12 @@ class Diffusion(ComposedObjective):
         whole = noise(mb.ids, mb.valid, mb.prompt_lens, conv, beta=beta, generator=generator)
         batch = mb.share(whole)
         logits, out = forward_aligned(model, batch, conv, output_hidden_states=self.student_hidden, where=batch.masked)
-        terms = {"diffusion": diffusion_loss(logits, batch, weighted=run["loss_weight"] == "inverse_t",
-                                             eligible=mb.whole_count(whole.eligible)) * mb.world}
+        terms = {
+            "diffusion": diffusion_loss(
+                logits, batch, weighted=run["loss_weight"] == "inverse_t", eligible=mb.whole_count(whole.eligible)
+            )
+            * mb.world
+        }
         clean = lambda: teacher_forward(teacher, *mb.local()[:2], hidden=True)  # noqa: E731
         count = lambda select: mb.whole_count(select(whole))  # noqa: E731
         terms |= self.added_terms(StepOutputs(batch, out, clean, count), mb.world)

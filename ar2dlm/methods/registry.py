@@ -20,16 +20,26 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from ..provenance import deep_merge
 from .spec import ComposedObjective, Method, Part, Term, teacher_reads
 
 # The settings every run has, whatever its method: the diffusion conventions, the data and the
 # frozen module groups (a method's defaults and a run's own keys go over them).
-BASE = {"init": "ar", "attention": "bidirectional", "block_size": None, "shift": True, "masking": "uniform",
-        "positional_beta": 0.0, "loss_weight": "inverse_t", "data": "subset", "freeze": []}
+BASE = {
+    "init": "ar",
+    "attention": "bidirectional",
+    "block_size": None,
+    "shift": True,
+    "masking": "uniform",
+    "positional_beta": 0.0,
+    "loss_weight": "inverse_t",
+    "data": "subset",
+    "freeze": [],
+}
 RUN_KEYS = {"method", "name", "training", "models", "seeds", "method_modules"}  # set by the pipeline, not by a part
 
 
@@ -98,8 +108,9 @@ def settings(own: dict) -> dict:
         if out[key] is not None:
             out[key] = deep_merge(term.defaults, out[key])
     compose(out)
-    modules = sorted({_MODULES[p] for p in [("method", spec.name), *(("term", t.key) for t in present(out))]
-                      if p in _MODULES})
+    modules = sorted(
+        {_MODULES[p] for p in [("method", spec.name), *(("term", t.key) for t in present(out))] if p in _MODULES}
+    )
     if modules:
         out["method_modules"] = modules
     return out
@@ -128,8 +139,9 @@ def compose(run: dict) -> Composition:
     named = present(run)
     bringing = [t for t in named if t.objective is not None]
     if len(bringing) > 1:
-        raise SettingsError(bringing[1].key, f"{' and '.join(t.noun for t in bringing)} each bring their own "
-                            "objective; a run takes one")
+        raise SettingsError(
+            bringing[1].key, f"{' and '.join(t.noun for t in bringing)} each bring their own objective; a run takes one"
+        )
     main = bringing[0] if bringing else spec
     added = [t for t in named if t.loss is not None and t.active(run)]
     if added and not issubclass(main.objective, ComposedObjective):

@@ -5,5 +5,10 @@ from .alignment import ALIGN_DEFAULTS
 from .mdlm import Diffusion
 from .spec import Method
 
-METHOD = Method(name="repr_align", objective=Diffusion, defaults={"align": ALIGN_DEFAULTS}, requires=("align",),
-                description="masked diffusion plus alignment to the frozen causal teacher's hidden states")
+METHOD = Method(
+    name="repr_align",
+    objective=Diffusion,
+    defaults={"align": ALIGN_DEFAULTS},
+    requires=("align",),
+    description="masked diffusion plus alignment to the frozen causal teacher's hidden states",
+)

@@ -17,9 +17,10 @@ planner.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -96,7 +97,7 @@ class Term(Part):
     key: str
     noun: str
     schema: dict
-    loss: Callable[[dict, Any, "StepOutputs"], torch.Tensor] | None = None
+    loss: Callable[[dict, Any, StepOutputs], torch.Tensor] | None = None
     objective: type[Objective] | None = None
     active: Callable[[dict], bool] = lambda run: True
     teacher: str | None = None
@@ -104,8 +105,10 @@ class Term(Part):
 
     def __post_init__(self):
         if (self.loss is None) == (self.objective is None):
-            raise ValueError(f"loss term {self.key!r} needs exactly one of loss (a term added to the run's objective) "
-                             "and objective (the objective it brings)")
+            raise ValueError(
+                f"loss term {self.key!r} needs exactly one of loss (a term added to the run's objective) "
+                "and objective (the objective it brings)"
+            )
         if self.teacher not in TEACHER_READS:
             raise ValueError(f"loss term {self.key!r}: teacher must be one of {TEACHER_READS}, not {self.teacher!r}")
 
@@ -126,8 +129,10 @@ class StepOutputs(NamedTuple):
 def teacher_reads(objective: type[Objective], added: Iterable[Term]) -> tuple[bool, bool]:
     """(needs a teacher, needs its head) of an objective class with added terms."""
     added = list(added)
-    return (objective.needs_teacher or any(t.teacher is not None for t in added),
-            objective.teacher_head or any(t.teacher == "head" for t in added))
+    return (
+        objective.needs_teacher or any(t.teacher is not None for t in added),
+        objective.teacher_head or any(t.teacher == "head" for t in added),
+    )
 
 
 class ComposedObjective(Objective):

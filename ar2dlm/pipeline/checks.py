@@ -46,14 +46,22 @@ def check_config(config: dict) -> None:
     data = config["data"]
     corpus = data["corpus"]
     if corpus["subset_tokens"] > corpus["stream_tokens"]:
-        raise ConfigError("data.corpus.subset_tokens", f"the subset ({corpus['subset_tokens']} tokens) is larger than "
-                          f"its source, data.corpus.stream_tokens ({corpus['stream_tokens']})")
+        raise ConfigError(
+            "data.corpus.subset_tokens",
+            f"the subset ({corpus['subset_tokens']} tokens) is larger than "
+            f"its source, data.corpus.stream_tokens ({corpus['stream_tokens']})",
+        )
     if corpus["source"] == "hub" and corpus["hub"] is None:
-        raise ConfigError("data.corpus.hub", "source: hub needs a hub data set (path, split, text_field or prompt/completion fields)")
+        raise ConfigError(
+            "data.corpus.hub", "source: hub needs a hub data set (path, split, text_field or prompt/completion fields)"
+        )
     if corpus["source"] == "synthetic" and corpus["hub"] is not None:
         raise ConfigError("data.corpus.hub", "is only used with data.corpus.source: hub")
-    if corpus["hub"] is not None and not corpus["hub"].get("text_field") and not (
-            corpus["hub"].get("prompt_field") and corpus["hub"].get("completion_field")):
+    if (
+        corpus["hub"] is not None
+        and not corpus["hub"].get("text_field")
+        and not (corpus["hub"].get("prompt_field") and corpus["hub"].get("completion_field"))
+    ):
         raise ConfigError("data.corpus.hub", "needs text_field, or prompt_field and completion_field")
     if corpus["source"] == "synthetic" and not corpus["materialize_stream"]:
         raise ConfigError("data.corpus.materialize_stream", "a synthetic corpus is always written out; set it to true")
@@ -67,20 +75,31 @@ def check_config(config: dict) -> None:
     for name, dom in prefs["domains"].items():
         if dom["source"] == "synthetic":
             if name not in SYNTHETIC_DOMAINS:
-                raise ConfigError(f"data.preferences.domains.{name}",
-                                  f"no synthetic preference domain {name!r} (known: {', '.join(SYNTHETIC_DOMAINS)})")
+                raise ConfigError(
+                    f"data.preferences.domains.{name}",
+                    f"no synthetic preference domain {name!r} (known: {', '.join(SYNTHETIC_DOMAINS)})",
+                )
             suite = data[SYNTHETIC_DOMAINS[name]]
             for split in ("train", "eval"):
                 n = dom.get(f"n_{split}", prefs[f"n_{split}"])
                 if n > suite[f"n_{split}"]:
-                    key = f"data.preferences.domains.{name}.n_{split}" if f"n_{split}" in dom else f"data.preferences.n_{split}"
-                    raise ConfigError(key, f"{n} {name} pairs asked, larger than their source "
-                                      f"data.{SYNTHETIC_DOMAINS[name]}.n_{split} ({suite[f'n_{split}']})")
+                    key = (
+                        f"data.preferences.domains.{name}.n_{split}"
+                        if f"n_{split}" in dom
+                        else f"data.preferences.n_{split}"
+                    )
+                    raise ConfigError(
+                        key,
+                        f"{n} {name} pairs asked, larger than their source "
+                        f"data.{SYNTHETIC_DOMAINS[name]}.n_{split} ({suite[f'n_{split}']})",
+                    )
 
     limit = config["eval"]["teacher_code"]["limit"]
     if limit is not None and limit > data["code_suite"]["n_eval"]:
-        raise ConfigError("eval.teacher_code.limit",
-                          f"{limit} tasks asked, larger than their source data.code_suite.n_eval ({data['code_suite']['n_eval']})")
+        raise ConfigError(
+            "eval.teacher_code.limit",
+            f"{limit} tasks asked, larger than their source data.code_suite.n_eval ({data['code_suite']['n_eval']})",
+        )
 
     for name, model in config["models"].items():
         key = f"models.{name}"
@@ -90,14 +109,17 @@ def check_config(config: dict) -> None:
                     raise ConfigError(f"{key}.{extra}", "is only used with source: hub")
             arch, pre = model["arch"], model["pretrain"]
             if arch["hidden_size"] % arch["num_attention_heads"]:
-                raise ConfigError(f"{key}.arch.num_attention_heads",
-                                  f"must divide hidden_size ({arch['hidden_size']})")
+                raise ConfigError(f"{key}.arch.num_attention_heads", f"must divide hidden_size ({arch['hidden_size']})")
             if arch["num_attention_heads"] % arch["num_key_value_heads"]:
-                raise ConfigError(f"{key}.arch.num_key_value_heads",
-                                  f"must divide num_attention_heads ({arch['num_attention_heads']})")
+                raise ConfigError(
+                    f"{key}.arch.num_key_value_heads",
+                    f"must divide num_attention_heads ({arch['num_attention_heads']})",
+                )
             if pre["seq_len"] > arch["max_position_embeddings"]:
-                raise ConfigError(f"{key}.pretrain.seq_len",
-                                  f"{pre['seq_len']} exceeds arch.max_position_embeddings ({arch['max_position_embeddings']})")
+                raise ConfigError(
+                    f"{key}.pretrain.seq_len",
+                    f"{pre['seq_len']} exceeds arch.max_position_embeddings ({arch['max_position_embeddings']})",
+                )
             if pre["warmup_steps"] >= pre["steps"]:
                 raise ConfigError(f"{key}.pretrain.warmup_steps", f"must be below pretrain.steps ({pre['steps']})")
         else:
@@ -106,8 +128,10 @@ def check_config(config: dict) -> None:
                     raise ConfigError(f"{key}.{extra}", "is only used with source: pretrain")
             path = model["model_path"]
             if path is not None and not (Path(path) / "config.json").is_file():
-                raise ConfigError(f"{key}.model_path", f"missing checkpoint: {path!r} is not a Hugging Face model "
-                                  "folder (no config.json)")
+                raise ConfigError(
+                    f"{key}.model_path",
+                    f"missing checkpoint: {path!r} is not a Hugging Face model folder (no config.json)",
+                )
 
     check_prompt_sets(config)
     check_runs(config)
@@ -118,16 +142,24 @@ def check_config(config: dict) -> None:
     check_bench(config)
     package = missing_package(config["tracking"]["backend"])
     if package:
-        raise ConfigError("tracking.backend", f"{config['tracking']['backend']} needs the {package} package, which "
-                          f"this environment lacks (pip install {package})")
+        raise ConfigError(
+            "tracking.backend",
+            f"{config['tracking']['backend']} needs the {package} package, which "
+            f"this environment lacks (pip install {package})",
+        )
 
 
 def bf16_keys(config: dict) -> list[str]:
     """The config keys that ask for bf16 explicitly (``auto`` resolves per job)."""
-    keys = [f"models.{n}.pretrain.dtype" for n, m in config["models"].items()
-            if m.get("pretrain", {}).get("dtype") == "bf16"]
+    keys = [
+        f"models.{n}.pretrain.dtype"
+        for n, m in config["models"].items()
+        if m.get("pretrain", {}).get("dtype") == "bf16"
+    ]
     keys += ["training.dtype"] if config["training"]["dtype"] == "bf16" else []
-    keys += [f"runs.{n}.training.dtype" for n, r in config["runs"].items() if r.get("training", {}).get("dtype") == "bf16"]
+    keys += [
+        f"runs.{n}.training.dtype" for n, r in config["runs"].items() if r.get("training", {}).get("dtype") == "bf16"
+    ]
     keys += ["eval.decoding.dtype"] if config["eval"]["decoding"]["dtype"] == "bf16" else []
     keys += [f"eval.benchmarks.{n}.dtype" for n, b in config["eval"]["benchmarks"].items() if b.get("dtype") == "bf16"]
     return keys
@@ -143,9 +175,11 @@ def emulated_bf16_warning(config: dict) -> str | None:
     if not keys or config.get("cluster") or cuda_native_bf16() or cpu_native_bf16():
         return None
     facts = machine()
-    return (f"{', '.join(keys)} ask(s) for bf16, which this CPU ({facts['cpu']}, {facts['kernels']} kernels, no "
-            f"AVX512_BF16 or AMX) emulates about {SLOWDOWN}x slower than fp32; the jobs still run in bf16. "
-            "Set dtype: auto to compute in fp32 here and in bf16 where the hardware has it.")
+    return (
+        f"{', '.join(keys)} ask(s) for bf16, which this CPU ({facts['cpu']}, {facts['kernels']} kernels, no "
+        f"AVX512_BF16 or AMX) emulates about {SLOWDOWN}x slower than fp32; the jobs still run in bf16. "
+        "Set dtype: auto to compute in fp32 here and in bf16 where the hardware has it."
+    )
 
 
 def check_bench(config: dict) -> None:
@@ -156,20 +190,31 @@ def check_bench(config: dict) -> None:
         raise ConfigError("bench.run", f"{bench['run']!r} is not a key of runs")
     timed = resolve_run(config, bench["run"])
     if timed["attention"] != "block" or bench["model"] not in timed["models"]:
-        raise ConfigError("bench.run", f"the decode benchmark times a block-attention run of {bench['model']}; "
-                          f"{bench['run']!r} is {timed['attention']} on {timed['models']}")
+        raise ConfigError(
+            "bench.run",
+            f"the decode benchmark times a block-attention run of {bench['model']}; "
+            f"{bench['run']!r} is {timed['attention']} on {timed['models']}",
+        )
     if timed["block_size"] != bench["block_size"]:
-        raise ConfigError("bench.block_size", f"{bench['block_size']} differs from run {bench['run']}'s block size "
-                          f"{timed['block_size']}")
+        raise ConfigError(
+            "bench.block_size",
+            f"{bench['block_size']} differs from run {bench['run']}'s block size {timed['block_size']}",
+        )
     if bench["ratio_length"] not in bench["lengths"]:
-        raise ConfigError("bench.ratio_length", f"{bench['ratio_length']} is not one of bench.lengths {bench['lengths']}")
+        raise ConfigError(
+            "bench.ratio_length", f"{bench['ratio_length']} is not one of bench.lengths {bench['lengths']}"
+        )
     if bench["max_new_tokens"] % bench["block_size"]:
-        raise ConfigError("bench.max_new_tokens", f"block size {bench['block_size']} does not divide the length "
-                          f"{bench['max_new_tokens']}")
+        raise ConfigError(
+            "bench.max_new_tokens",
+            f"block size {bench['block_size']} does not divide the length {bench['max_new_tokens']}",
+        )
     for key in ("lengths", "cache_lengths"):
         for length in bench[key]:
             if length % bench["block_size"]:
-                raise ConfigError(f"bench.{key}", f"block size {bench['block_size']} does not divide the length {length}")
+                raise ConfigError(
+                    f"bench.{key}", f"block size {bench['block_size']} does not divide the length {length}"
+                )
 
 
 # Rows of the hub splits the presets name (from each data set's card), so a prompt set asking for
@@ -185,8 +230,10 @@ def check_prompt_sets(config: dict) -> None:
     for name, spec in config["data"]["prompt_sets"].items():
         known = KNOWN_SPLIT_ROWS.get((spec["path"], spec.get("name"), spec["split"]))
         if known is not None and spec["n"] > known:
-            raise ConfigError(f"data.prompt_sets.{name}.n", f"asks for {spec['n']} prompts but {spec['path']} "
-                              f"({spec.get('name')}, {spec['split']}) holds {known}")
+            raise ConfigError(
+                f"data.prompt_sets.{name}.n",
+                f"asks for {spec['n']} prompts but {spec['path']} ({spec.get('name')}, {spec['split']}) holds {known}",
+            )
 
 
 def check_micro_batches(config: dict, name: str, tr: dict) -> None:
@@ -197,14 +244,19 @@ def check_micro_batches(config: dict, name: str, tr: dict) -> None:
     key = f"runs.{name}.training.grad_accum" if {"grad_accum", "batch_size"} & set(own) else "training.grad_accum"
     micro, rest = divmod(tr["batch_size"], tr["grad_accum"])
     if rest:
-        raise ConfigError(key, f"run {name}: {tr['grad_accum']} micro-batches do not divide batch_size {tr['batch_size']}")
+        raise ConfigError(
+            key, f"run {name}: {tr['grad_accum']} micro-batches do not divide batch_size {tr['batch_size']}"
+        )
     cluster = config.get("cluster")
     if cluster:
         launches = [n * cluster["gpus_per_node"] for n in range(1, cluster["max_nodes"] + 1)]
         if not any(micro % g == 0 for g in launches):
-            raise ConfigError(key, f"run {name}: micro-batches of {micro} rows (batch_size {tr['batch_size']} / grad_accum "
-                              f"{tr['grad_accum']}) split over no launch the planner may choose ({', '.join(map(str, launches))} "
-                              "GPUs: cluster.gpus_per_node per node, up to cluster.max_nodes)")
+            raise ConfigError(
+                key,
+                f"run {name}: micro-batches of {micro} rows (batch_size {tr['batch_size']} / grad_accum "
+                f"{tr['grad_accum']}) split over no launch the planner may choose ({', '.join(map(str, launches))} "
+                "GPUs: cluster.gpus_per_node per node, up to cluster.max_nodes)",
+            )
 
 
 def check_runs(config: dict) -> None:
@@ -221,15 +273,21 @@ def check_runs(config: dict) -> None:
         tr = run["training"]
         check_micro_batches(config, name, tr)
         if tr["warmup_steps"] >= tr["steps"]:
-            raise ConfigError(f"{key}.training.warmup_steps", f"{tr['warmup_steps']} warm-up steps, not fewer than the "
-                              f"run's {tr['steps']} steps: the learning rate would never reach its peak")
+            raise ConfigError(
+                f"{key}.training.warmup_steps",
+                f"{tr['warmup_steps']} warm-up steps, not fewer than the "
+                f"run's {tr['steps']} steps: the learning rate would never reach its peak",
+            )
         tokens = tr["steps"] * tr["batch_size"] * tr["seq_len"]  # packed rows: every slot a token
         stream = config["data"]["corpus"]["stream_tokens"]
         packed_stream = training_data(run, config["data"]["prompt_sets"]) == ("stream", "documents")
         if packed_stream and tokens > stream:
-            raise ConfigError(f"{key}.training", f"{tr['steps']} steps x {tr['batch_size']} rows x {tr['seq_len']} tokens "
-                              f"= {tokens / 1e9:.1f}B tokens, more than the stream provides "
-                              f"(data.corpus.stream_tokens = {stream / 1e9:.1f}B): the run would repeat it")
+            raise ConfigError(
+                f"{key}.training",
+                f"{tr['steps']} steps x {tr['batch_size']} rows x {tr['seq_len']} tokens "
+                f"= {tokens / 1e9:.1f}B tokens, more than the stream provides "
+                f"(data.corpus.stream_tokens = {stream / 1e9:.1f}B): the run would repeat it",
+            )
         needs_block = run["attention"] == "block" or run["masking"] == "positional"
         if needs_block and run["block_size"] is None:
             raise ConfigError(f"{key}.block_size", "block attention and position-dependent masking need a block size")
@@ -244,12 +302,12 @@ def check_runs(config: dict) -> None:
                 raise ConfigError(f"studies.{study}.runs", f"{r!r} is not a key of runs")
         for r in spec.get("run_seeds", {}):
             if r not in spec["runs"]:
-                raise ConfigError(f"studies.{study}.run_seeds", f"{r!r} is not one of the study's runs ({', '.join(spec['runs'])})")
+                raise ConfigError(
+                    f"studies.{study}.run_seeds", f"{r!r} is not one of the study's runs ({', '.join(spec['runs'])})"
+                )
         for m in spec.get("models", []):
             if m not in models:
                 raise ConfigError(f"studies.{study}.models", f"{m!r} is not a key of models")
-
-
 
 
 LINES_CHECKED = 100_000  # lines of a local JSONL file parsed at DAG build (a job reads the rest)
@@ -295,8 +353,9 @@ def check_local_files(config: dict) -> None:
     """Every local file the config reads data from (problems, corpora, preference pairs, prompt sets)."""
     data = config["data"]
     specs = {"data.corpus.hub": data["corpus"]["hub"]} if data["corpus"]["source"] == "hub" else {}
-    specs |= {f"data.preferences.domains.{d}": s for d, s in data["preferences"]["domains"].items()
-              if s["source"] == "hub"}
+    specs |= {
+        f"data.preferences.domains.{d}": s for d, s in data["preferences"]["domains"].items() if s["source"] == "hub"
+    }
     specs |= {f"data.prompt_sets.{p}": s for p, s in data["prompt_sets"].items()}
     for key, spec in specs.items():
         for f in _data_files(spec.get("data_files")):
@@ -313,39 +372,57 @@ def check_evals(config: dict) -> None:
         key = f"eval.benchmarks.{name}"
         suite = BENCHMARK_KINDS[b["kind"]].suite
         if suite and b.get("source", "suite") == "suite" and b.get("limit") and b["limit"] > data[suite]["n_eval"]:
-            raise ConfigError(f"{key}.limit", f"{b['limit']} tasks asked, larger than their source "
-                              f"data.{suite}.n_eval ({data[suite]['n_eval']})")
+            raise ConfigError(
+                f"{key}.limit",
+                f"{b['limit']} tasks asked, larger than their source data.{suite}.n_eval ({data[suite]['n_eval']})",
+            )
         if b["kind"] == "harness" and b["local"] and b["task"] not in LOCAL_HARNESS_TASKS:
-            raise ConfigError(f"{key}.task", f"no local task {b['task']!r} (local tasks: {', '.join(LOCAL_HARNESS_TASKS)})")
+            raise ConfigError(
+                f"{key}.task", f"no local task {b['task']!r} (local tasks: {', '.join(LOCAL_HARNESS_TASKS)})"
+            )
         if b["kind"] == "harness" and not b["local"]:
             v, known = installed_names("lm_eval")
             if b["task"] not in known:
-                raise ConfigError(f"{key}.task", f"{b['task']!r} is not a task of the installed lm-eval {v} "
-                                  "(`lm-eval ls tasks` lists them)")
-        hub_tasks = [t for t in b.get("tasks", []) if t not in LOCAL_EMBEDDING_TASKS] if b["kind"] == "embeddings" else []
+                raise ConfigError(
+                    f"{key}.task",
+                    f"{b['task']!r} is not a task of the installed lm-eval {v} (`lm-eval ls tasks` lists them)",
+                )
+        hub_tasks = (
+            [t for t in b.get("tasks", []) if t not in LOCAL_EMBEDDING_TASKS] if b["kind"] == "embeddings" else []
+        )
         if hub_tasks:
             v, known = installed_names("mteb")
             unknown = [t for t in hub_tasks if t not in known]
             if unknown:
-                raise ConfigError(f"{key}.tasks", f"{', '.join(map(repr, unknown))} not a task of the installed "
-                                  f"mteb {v} (mteb.get_tasks() lists them)")
+                raise ConfigError(
+                    f"{key}.tasks",
+                    f"{', '.join(map(repr, unknown))} not a task of the installed "
+                    f"mteb {v} (mteb.get_tasks() lists them)",
+                )
         if b["kind"] == "code" and b["n_samples"] > 1 and b["temperature"] == 0:
             raise ConfigError(f"{key}.temperature", f"{b['n_samples']} samples per task need a temperature above 0")
     for study, spec in config["studies"].items():
         for e in spec["evals"]:
             if e not in benches:
-                raise ConfigError(f"studies.{study}.evals", f"{e!r} is not a key of eval.benchmarks "
-                                  f"({', '.join(benches)})")
+                raise ConfigError(
+                    f"studies.{study}.evals", f"{e!r} is not a key of eval.benchmarks ({', '.join(benches)})"
+                )
             b = {**config["eval"]["decoding"], **benches[e]}
             if not BENCHMARK_KINDS[b["kind"]].decoded:
                 continue
-            blocks = [resolve_run(config, r)["block_size"] for r in spec["runs"]
-                      if resolve_run(config, r)["attention"] == "block"]
+            blocks = [
+                resolve_run(config, r)["block_size"]
+                for r in spec["runs"]
+                if resolve_run(config, r)["attention"] == "block"
+            ]
             blocks += b.get("block_sizes", []) if b["kind"] == "throughput" else [b["block_size"]]
             for bs in blocks:
                 if b["max_new_tokens"] % bs:
-                    raise ConfigError(f"eval.benchmarks.{e}.max_new_tokens", f"block size {bs} (studies.{study}) does "
-                                      f"not divide the generation length {b['max_new_tokens']}")
+                    raise ConfigError(
+                        f"eval.benchmarks.{e}.max_new_tokens",
+                        f"block size {bs} (studies.{study}) does "
+                        f"not divide the generation length {b['max_new_tokens']}",
+                    )
 
 
 def check_armap(config: dict) -> None:
@@ -357,8 +434,9 @@ def check_armap(config: dict) -> None:
             raise ConfigError("armap.runs", f"{r!r} trains a causal model; AR-MAP transfers to DLMs")
     for d in a["domains"]:
         if d not in prefs["domains"]:
-            raise ConfigError("armap.domains", f"{d!r} is not a key of data.preferences.domains "
-                              f"({', '.join(prefs['domains'])})")
+            raise ConfigError(
+                "armap.domains", f"{d!r} is not a key of data.preferences.domains ({', '.join(prefs['domains'])})"
+            )
     for d, benches in a["evals"].items():
         if d not in armap_domains(config):
             raise ConfigError("armap.evals", f"{d!r} is neither one of armap.domains nor 'all'")
@@ -372,24 +450,35 @@ def check_armap(config: dict) -> None:
         if m not in a["merges"]:
             raise ConfigError("armap.merge_seeds", f"{m!r} is not a key of armap.merges")
         if m in a["eval_merges"] or m in claim_merges(config):
-            raise ConfigError(f"armap.merge_seeds.{m}", "the evaluated merges and those AR-MAP's claims read "
-                              "(claims.judged) are searched on every seed of armap.seeds")
+            raise ConfigError(
+                f"armap.merge_seeds.{m}",
+                "the evaluated merges and those AR-MAP's claims read "
+                "(claims.judged) are searched on every seed of armap.seeds",
+            )
         if not set(seeds) <= set(a["seeds"]):
-            raise ConfigError(f"armap.merge_seeds.{m}", f"{sorted(set(seeds) - set(a['seeds']))} not in armap.seeds {a['seeds']}")
+            raise ConfigError(
+                f"armap.merge_seeds.{m}", f"{sorted(set(seeds) - set(a['seeds']))} not in armap.seeds {a['seeds']}"
+            )
     if not set(a.get("dlm_dpo_seeds", a["seeds"])) <= set(a["seeds"]):
-        raise ConfigError("armap.dlm_dpo_seeds", f"{sorted(set(a['dlm_dpo_seeds']) - set(a['seeds']))} not in "
-                          f"armap.seeds {a['seeds']}")
+        raise ConfigError(
+            "armap.dlm_dpo_seeds",
+            f"{sorted(set(a['dlm_dpo_seeds']) - set(a['seeds']))} not in armap.seeds {a['seeds']}",
+        )
     for part in ("dpo", "dlm_dpo"):
         if a[part]["batch_size"] % a[part].get("grad_accum", 1):
-            raise ConfigError(f"armap.{part}.grad_accum", f"{a[part]['grad_accum']} micro-batches do not divide "
-                              f"batch_size {a[part]['batch_size']}")
+            raise ConfigError(
+                f"armap.{part}.grad_accum",
+                f"{a[part]['grad_accum']} micro-batches do not divide batch_size {a[part]['batch_size']}",
+            )
     for part in ("dpo", "gamma", "dlm_dpo"):
         n = a[part]["eval_pairs"]
         for d in a["domains"]:
             have = prefs["domains"][d].get("n_eval", prefs["n_eval"])
             if n is not None and n > have:
-                raise ConfigError(f"armap.{part}.eval_pairs", f"{n} pairs asked, larger than the {have} held-out "
-                                  f"{d} pairs (data.preferences)")
+                raise ConfigError(
+                    f"armap.{part}.eval_pairs",
+                    f"{n} pairs asked, larger than the {have} held-out {d} pairs (data.preferences)",
+                )
 
 
 TEACHER, BEST_OTHER = "teacher", "best_other"  # what a claim may compare with besides a run of its study
@@ -412,11 +501,16 @@ def check_claims(config: dict) -> None:
         key = f"claims.judged.{cid}"
         if "armap" in c:
             if extra := [k for k in STUDY_CLAIM_KEYS if k in c]:
-                raise ConfigError(f"{key}.{extra[0]}", "an AR-MAP claim (armap:) reads the gamma searches; "
-                                  f"{', '.join(STUDY_CLAIM_KEYS)} are a study claim's keys")
+                raise ConfigError(
+                    f"{key}.{extra[0]}",
+                    "an AR-MAP claim (armap:) reads the gamma searches; "
+                    f"{', '.join(STUDY_CLAIM_KEYS)} are a study claim's keys",
+                )
             if c["armap"]["merge"] not in config["armap"]["merges"]:
-                raise ConfigError(f"{key}.armap.merge", f"{c['armap']['merge']!r} is not a key of armap.merges "
-                                  f"({', '.join(config['armap']['merges'])})")
+                raise ConfigError(
+                    f"{key}.armap.merge",
+                    f"{c['armap']['merge']!r} is not a key of armap.merges ({', '.join(config['armap']['merges'])})",
+                )
             continue
         if c["study"] not in config["studies"]:
             raise ConfigError(f"{key}.study", f"{c['study']!r} is not a key of studies")
@@ -441,8 +535,9 @@ def check_claim_runs(config: dict, key: str, c: dict) -> None:
     models = study_models(config, spec)
     model = c.get("model", models[0])
     if model not in models:
-        raise ConfigError(f"{key}.model", f"{model!r} is not one of the models of studies.{c['study']} "
-                          f"({', '.join(models)})")
+        raise ConfigError(
+            f"{key}.model", f"{model!r} is not one of the models of studies.{c['study']} ({', '.join(models)})"
+        )
     for r in (c["run"], c["against"]):
         if r in runs and model not in resolve_run(config, r)["models"]:
             raise ConfigError(f"{key}.model", f"run {r!r} does not train on {model!r}")
@@ -452,20 +547,30 @@ def check_claim_metric(config: dict, key: str, c: dict) -> None:
     """The claim's benchmark is one of its study's, and writes the metric it reads."""
     study, name, metric = c["study"], c["benchmark"], c["metric"]
     if name not in config["studies"][study]["evals"]:
-        raise ConfigError(f"{key}.benchmark", f"{name!r} is not one of the evals of studies.{study} "
-                          f"({', '.join(config['studies'][study]['evals'])})")
+        raise ConfigError(
+            f"{key}.benchmark",
+            f"{name!r} is not one of the evals of studies.{study} ({', '.join(config['studies'][study]['evals'])})",
+        )
     bench = benchmark_settings(config, name)
     kind = BENCHMARK_KINDS[bench["kind"]]
     if metric not in kind.metrics:
-        raise ConfigError(f"{key}.metric", f"{metric!r} is not a metric of benchmark {name} (kind {bench['kind']}: "
-                          f"{', '.join(kind.metrics)})")
+        raise ConfigError(
+            f"{key}.metric",
+            f"{metric!r} is not a metric of benchmark {name} (kind {bench['kind']}: {', '.join(kind.metrics)})",
+        )
     k = int(metric.rsplit("@", 1)[1]) if "_pass@" in metric else 1
     if k > bench.get("n_samples", 1):
-        raise ConfigError(f"{key}.metric", f"{metric} needs at least {k} samples per task; "
-                          f"eval.benchmarks.{name}.n_samples is {bench.get('n_samples', 1)}")
+        raise ConfigError(
+            f"{key}.metric",
+            f"{metric} needs at least {k} samples per task; "
+            f"eval.benchmarks.{name}.n_samples is {bench.get('n_samples', 1)}",
+        )
     if metric.startswith("plus_") and bench.get("format") != "evalplus":
-        raise ConfigError(f"{key}.metric", f"{metric} needs the evalplus format; eval.benchmarks.{name} is "
-                          f"{bench.get('format')}")
+        raise ConfigError(
+            f"{key}.metric", f"{metric} needs the evalplus format; eval.benchmarks.{name} is {bench.get('format')}"
+        )
     if c.get("decoding", "best") != "best" and not kind.rows:
-        raise ConfigError(f"{key}.decoding", f"benchmark {name} (kind {bench['kind']}) writes one result, not one "
-                          "row per decoding setting")
+        raise ConfigError(
+            f"{key}.decoding",
+            f"benchmark {name} (kind {bench['kind']}) writes one result, not one row per decoding setting",
+        )

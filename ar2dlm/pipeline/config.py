@@ -43,8 +43,10 @@ def import_config_methods(config: dict) -> None:
         try:
             import_methods([module])
         except Exception as exc:  # the module is the user's code: any failure to import it is a config error
-            raise ConfigError(f"methods.{i}", f"importing {module!r} failed ({type(exc).__name__}: {exc}); its "
-                              "folder must be on PYTHONPATH") from None
+            raise ConfigError(
+                f"methods.{i}",
+                f"importing {module!r} failed ({type(exc).__name__}: {exc}); its folder must be on PYTHONPATH",
+            ) from None
 
 
 def config_schema(schema_path: str | Path) -> dict:
@@ -90,8 +92,10 @@ def use_checkout(basedir: str | Path) -> None:
     basedir = str(Path(basedir).resolve())
     mine = Path(basedir, "ar2dlm")
     if Path(ar2dlm.__file__).resolve().parent != mine:
-        raise RuntimeError(f"this process imported another ar2dlm ({Path(ar2dlm.__file__).parent}), not the "
-                           f"checkout of this Snakefile ({mine})")
+        raise RuntimeError(
+            f"this process imported another ar2dlm ({Path(ar2dlm.__file__).parent}), not the "
+            f"checkout of this Snakefile ({mine})"
+        )
     path = os.environ.get("PYTHONPATH", "")
     if path.split(os.pathsep)[0] != basedir:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (basedir, path) if p)

@@ -14,6 +14,7 @@ from .runs import init_chain, resolve_run
 
 class Conversion(NamedTuple):
     """One conversion run of the grid."""
+
     model: str
     run: str
     seed: int
@@ -25,6 +26,7 @@ class Conversion(NamedTuple):
 
 class CheckpointEval(NamedTuple):
     """A conversion checkpoint on one benchmark."""
+
     benchmark: str
     model: str
     run: str
@@ -38,6 +40,7 @@ class CheckpointEval(NamedTuple):
 
 class TeacherEval(NamedTuple):
     """An AR teacher on one benchmark."""
+
     benchmark: str
     model: str
 
@@ -48,6 +51,7 @@ class TeacherEval(NamedTuple):
 
 class StudyMember(NamedTuple):
     """One run of a study on one model: the seeds the study asks of it and the steps it evaluates."""
+
     model: str
     run: str
     seeds: list[int]
@@ -70,10 +74,19 @@ def study_config(config: dict, study: str) -> dict:
     spec = config["studies"][study]
     runs = {r: config["runs"][r] for name in spec["runs"] for r in [name, *init_chain(config, name)]}
     methods = {"methods": config["methods"]} if "methods" in config else {}  # modules registering its methods
-    return {"preset": config["preset"], "seed": config["seed"], "studies": {study: spec}, "runs": runs, **methods,
-            "training": config["training"], "models": config["models"],
-            "eval": {"decoding": config["eval"]["decoding"],
-                     "benchmarks": {e: config["eval"]["benchmarks"][e] for e in spec["evals"]}}}
+    return {
+        "preset": config["preset"],
+        "seed": config["seed"],
+        "studies": {study: spec},
+        "runs": runs,
+        **methods,
+        "training": config["training"],
+        "models": config["models"],
+        "eval": {
+            "decoding": config["eval"]["decoding"],
+            "benchmarks": {e: config["eval"]["benchmarks"][e] for e in spec["evals"]},
+        },
+    }
 
 
 def init_manifest(config: dict, model: str, name: str, seed) -> list[str]:
@@ -133,13 +146,15 @@ def eval_jobs(config: dict) -> tuple[list[CheckpointEval], list[TeacherEval]]:
     conversions, teachers = set(), set()
     for study, spec in config["studies"].items():
         for m in study_members(config, study):
-            conversions.update(CheckpointEval(e, m.model, m.run, s, k) for e in spec["evals"] for s in m.seeds
-                               for k in m.steps)
+            conversions.update(
+                CheckpointEval(e, m.model, m.run, s, k) for e in spec["evals"] for s in m.seeds for k in m.steps
+            )
             teachers.update(TeacherEval(e, m.model) for e in spec["evals"])
     return sorted(conversions), sorted(teachers)
 
 
 # --- AR-MAP -------------------------------------------------------------------------------------
+
 
 class TeacherDPO(NamedTuple):
     model: str
@@ -152,6 +167,7 @@ class TeacherDPO(NamedTuple):
 
 class DLMDomain(NamedTuple):
     """A DLM receiving one preference domain: its spectra and its direct-DPO baseline."""
+
     model: str
     run: str
     seed: int
@@ -181,6 +197,7 @@ class GammaSearch(NamedTuple):
 class DerivedEval(NamedTuple):
     """A model AR-MAP derives from a conversion checkpoint (``name``: ``layout.armap_name`` or
     ``layout.dlm_dpo_name``), on one benchmark."""
+
     benchmark: str
     model: str
     run: str
@@ -212,8 +229,13 @@ class ArmapJobs:
     evals: list[DerivedEval | TeacherDPOEval]
 
     def outputs(self) -> list[str]:
-        return ([j.path for j in self.dpo] + [j.spectra for j in self.spectra] + [j.path for j in self.search]
-                + [j.dlm_dpo for j in self.dlm_dpo] + [j.path for j in self.evals])
+        return (
+            [j.path for j in self.dpo]
+            + [j.spectra for j in self.spectra]
+            + [j.path for j in self.search]
+            + [j.dlm_dpo for j in self.dlm_dpo]
+            + [j.path for j in self.evals]
+        )
 
 
 def armap_domains(config: dict) -> list[str]:
@@ -290,7 +312,7 @@ def token_rows_source(config: dict, source: str) -> str:
     """The file a token_rows job reads: a prompt set, a corpus cut, or the manifest of a stream
     that is not written out (read from its source, up to its budget)."""
     if source.startswith("promptset_"):
-        return layout.prompt_set_file(source[len("promptset_"):])
+        return layout.prompt_set_file(source[len("promptset_") :])
     if source == "stream" and not config["data"]["corpus"]["materialize_stream"]:
         return layout.corpus_file("manifest")
     return layout.corpus_file(source)

@@ -39,6 +39,7 @@ def _r(*parts) -> str:
 
 # --- data ---------------------------------------------------------------------------------------
 
+
 def data_path(*parts) -> str:
     return _r("data", *parts)
 
@@ -72,8 +73,9 @@ def token_rows_dir(source="{source}", selection="{selection}", seq_len="{seq_len
     return data_path("token_rows", str(source), f"{selection}_len{seq_len}")
 
 
-def token_rows_shard_dir(source="{source}", selection="{selection}", seq_len="{seq_len}", shard="{shard}",
-                         shards="{shards}") -> str:
+def token_rows_shard_dir(
+    source="{source}", selection="{selection}", seq_len="{seq_len}", shard="{shard}", shards="{shards}"
+) -> str:
     """Shard ``shard`` of ``shards`` of a token-rows folder, the part one parallel job tokenises."""
     return data_path("token_rows", str(source), f"{selection}_len{seq_len}.shards", f"{shard}-of-{shards}")
 
@@ -89,8 +91,11 @@ def benchmark_problems(benchmark="{benchmark}") -> str:
 def benchmark_inputs(benchmark: str, reads) -> dict[str, str]:
     """The files of the data a benchmark reads (its kind's ``reads``): its problems file, or a
     held-out synthetic suite (``code``, ``math``)."""
-    paths = {"problems": benchmark_problems(benchmark), "code": suite_file("code", "eval"),
-             "math": suite_file("math", "eval")}
+    paths = {
+        "problems": benchmark_problems(benchmark),
+        "code": suite_file("code", "eval"),
+        "math": suite_file("math", "eval"),
+    }
     unknown = set(reads) - set(paths)
     if unknown:
         raise ValueError(f"benchmark {benchmark} reads {sorted(unknown)}: no such data (known: {', '.join(paths)})")
@@ -103,6 +108,7 @@ def evalplus_cache() -> str:
 
 
 # --- models -------------------------------------------------------------------------------------
+
 
 def teacher_dir(model="{model}") -> str:
     return _r("models", model, "teacher")
@@ -149,6 +155,7 @@ def dlm_dpo_dir(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}"
 
 # --- AR-MAP analyses ----------------------------------------------------------------------------
 
+
 def armap_dir(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}") -> str:
     return _r("armap", model, run, f"seed{seed}", pdomain)
 
@@ -166,6 +173,7 @@ def gamma_curve(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}"
 
 
 # --- evaluations --------------------------------------------------------------------------------
+
 
 def eval_path(benchmark="{benchmark}", model="{model}", run="{run}", seed="{seed}", step="{step}") -> str:
     """One evaluation JSON per (benchmark, model, run, seed, checkpoint step); the AR teacher's is
@@ -188,7 +196,7 @@ def parse_eval_path(path) -> dict:
     """(benchmark, model, run, seed, variant) of an evaluation JSON: inverse of the three above.
     ``variant`` is the checkpoint (``step_<k>``) or derived model; teachers have no seed or variant."""
     p = Path(path)
-    parts = p.parts[p.parts.index("eval") + 1:]
+    parts = p.parts[p.parts.index("eval") + 1 :]
     if len(parts) == 3:  # <benchmark>/<model>/teacher[_dpo_<domain>].json
         return {"benchmark": parts[0], "model": parts[1], "run": p.stem, "seed": None, "variant": None}
     return {"benchmark": parts[0], "model": parts[1], "run": parts[2], "seed": int(parts[3][4:]), "variant": p.stem}
@@ -207,6 +215,7 @@ def run_summary(fmt: str) -> str:
 
 
 # --- tables, figures, claims --------------------------------------------------------------------
+
 
 def study_table(study="{study}", fmt="md") -> str:
     return _r("tables", f"{study}.{fmt}")
@@ -245,6 +254,7 @@ def tracking_dir(backend: str) -> str:
 
 
 # --- job records --------------------------------------------------------------------------------
+
 
 def log_path(name: str) -> str:
     return _r("logs", f"{name}.log")

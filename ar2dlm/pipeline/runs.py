@@ -40,8 +40,10 @@ def init_chain(config: dict, name: str) -> list[str]:
         if source not in config["runs"]:
             raise ConfigError(f"runs.{name}.init.run", f"no such run {source!r} (known: {', '.join(config['runs'])})")
         if source in seen:
-            raise ConfigError(f"runs.{name}.init.run", f"the runs start from each other in a loop: "
-                              f"{' -> '.join([name, *chain, source])}")
+            raise ConfigError(
+                f"runs.{name}.init.run",
+                f"the runs start from each other in a loop: {' -> '.join([name, *chain, source])}",
+            )
         chain.append(source)
         seen.add(source)
         init = config["runs"][source].get("init")

@@ -29,15 +29,23 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     config = merge_preset(yaml.safe_load(Path(args.configfile).read_text()), REPO / "config")
     if not config.get("cluster"):
-        sys.exit(f"{args.configfile}: no `cluster:` section (gpu_memory_gb, gpus_per_node, max_nodes, gpu_tflops, "
-                 "mfu, runtime_hours) to plan for")
+        sys.exit(
+            f"{args.configfile}: no `cluster:` section (gpu_memory_gb, gpus_per_node, max_nodes, gpu_tflops, "
+            "mfu, runtime_hours) to plan for"
+        )
     if args.gpu_memory_gb:
         config["cluster"]["gpu_memory_gb"] = args.gpu_memory_gb
     c = config["cluster"]
     plans = plan_jobs(config)
-    print(f"per-GPU peak (GB) of each conversion job on {c['gpu_memory_gb']:g} GB GPUs, {c['gpus_per_node']} per node; "
-          f"hours at {c['mfu']:.0%} of {c['gpu_tflops']:g} TFLOP/s, {c['runtime_hours']:g} h per job\n")
-    print("| job | nodes | GPUs | rows/GPU | accum | ckpt | teacher | " + " | ".join(PARTS) + " | peak | hours | segments |")
+    print(
+        f"per-GPU peak (GB) of each conversion job on {c['gpu_memory_gb']:g} GB GPUs, {c['gpus_per_node']} per node; "
+        f"hours at {c['mfu']:.0%} of {c['gpu_tflops']:g} TFLOP/s, {c['runtime_hours']:g} h per job\n"
+    )
+    print(
+        "| job | nodes | GPUs | rows/GPU | accum | ckpt | teacher | "
+        + " | ".join(PARTS)
+        + " | peak | hours | segments |"
+    )
     print("|" + "---|" * (len(PARTS) + 10))
     for p in plans:
         parts = " | ".join(f"{p.parts[k] / GB:.1f}" if k in p.parts else "-" for k in PARTS)
@@ -45,12 +53,16 @@ def main(argv=None) -> int:
             print(f"| {p.job} | - | - | - | - | - | - | {parts} | {p.peak_gb:.0f} (does not fit) | - | - |")
             continue
         l = p.launch
-        print(f"| {p.job} | {l.nodes} | {l.gpus} | {l.rows} | {p.accum} | {'yes' if l.activation_checkpointing else 'no'} "
-              f"| {'sharded' if l.shard_teacher else 'replicated'} | {parts} | {p.peak_gb:.1f} | {p.hours:.1f} | {p.segments} |")
+        print(
+            f"| {p.job} | {l.nodes} | {l.gpus} | {l.rows} | {p.accum} | {'yes' if l.activation_checkpointing else 'no'} "
+            f"| {'sharded' if l.shard_teacher else 'replicated'} | {parts} | {p.peak_gb:.1f} | {p.hours:.1f} | {p.segments} |"
+        )
     one_gpu = plan_one_gpu_jobs(config)
-    print(f"\nGPU memory (GB per GPU) of each evaluation and AR-MAP job on {c['gpu_memory_gb']:g} GB GPUs (the largest "
-          "benchmark of each kind per model; full DPO sharded when one GPU cannot hold it); AR-MAP's hours in all, "
-          "the jobs they take and the longest one against its runtime\n")
+    print(
+        f"\nGPU memory (GB per GPU) of each evaluation and AR-MAP job on {c['gpu_memory_gb']:g} GB GPUs (the largest "
+        "benchmark of each kind per model; full DPO sharded when one GPU cannot hold it); AR-MAP's hours in all, "
+        "the jobs they take and the longest one against its runtime\n"
+    )
     print("| job | GPUs | parts | peak | fits | hours | segments | longest / runtime (h) |\n" + "|---" * 8 + "|")
     for j in one_gpu:
         parts = ", ".join(f"{k} {v / GB:.1f}" for k, v in j.parts.items() if v)
@@ -58,13 +70,19 @@ def main(argv=None) -> int:
         hours = f"{t.hours:.1f} | {t.segments} | {t.longest_hours:.1f} / {t.runtime_hours:g}" if t else "- | - | -"
         print(f"| {j.job} | {j.gpus} | {parts} | {j.peak_gb:.1f} | {'yes' if j.fits else 'no'} | {hours} |")
     bad = unfit(plans) + unfit_one_gpu(one_gpu, c["gpu_memory_gb"]) + over_runtime(one_gpu)
-    print(f"\ntokenisation of each token_rows folder at {TOKENS_PER_SECOND / 1e6:g}M tokens/s per worker process, "
-          "every shard job at once\n")
-    print("| rows | tokens | shard jobs | workers per job | hours | memory (GB per job) | runtime limit (h) |\n"
-          "|---|---|---|---|---|---|---|")
+    print(
+        f"\ntokenisation of each token_rows folder at {TOKENS_PER_SECOND / 1e6:g}M tokens/s per worker process, "
+        "every shard job at once\n"
+    )
+    print(
+        "| rows | tokens | shard jobs | workers per job | hours | memory (GB per job) | runtime limit (h) |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for t in plan_tokenize_jobs(config):
-        print(f"| {t.source}/{t.selection}_len{t.seq_len} | {t.tokens / 1e9:.2f}B | {t.shards} | {t.workers} | "
-              f"{t.hours:.1f} | {t.mem_mb / 1000:g} | {t.runtime_minutes / 60:.1f} |")
+        print(
+            f"| {t.source}/{t.selection}_len{t.seq_len} | {t.tokens / 1e9:.2f}B | {t.shards} | {t.workers} | "
+            f"{t.hours:.1f} | {t.mem_mb / 1000:g} | {t.runtime_minutes / 60:.1f} |"
+        )
     if bad:
         print("\njobs that do not fit:\n" + "\n".join(f"  {b}" for b in bad), file=sys.stderr)
         return 1

@@ -73,8 +73,16 @@ def _read_seconds(shape: Shape, folders: int = 1) -> float:
     return folders * FP32 * shape.params / 1e9 / READ_GB_S
 
 
-def dpo_time(shape: Shape, cfg: dict, diffusion: bool, two_copy: bool, eval_pairs: int, cluster: dict,
-             runtime_hours: float, gpus: int = 1) -> JobTime:
+def dpo_time(
+    shape: Shape,
+    cfg: dict,
+    diffusion: bool,
+    two_copy: bool,
+    eval_pairs: int,
+    cluster: dict,
+    runtime_hours: float,
+    gpus: int = 1,
+) -> JobTime:
     """DPO of ``cfg`` on ``gpus`` GPUs (sharded full DPO) in segments of ``runtime_hours``: every
     segment loads the model, the first (a DLM's; every one for a causal model) scores the held-out
     pairs before training, the last scores them after and saves."""
@@ -108,8 +116,9 @@ def segmented(train: float, load: float, first: float, last: float, runtime_hour
     return JobTime(total / 3600, segments, max(STOP_FRACTION * limit, load + rest + last) / 3600, runtime_hours)
 
 
-def gamma_time(shape: Shape, gamma: dict, length: int, two_copy: bool, eval_pairs: int, cluster: dict,
-               runtime_hours: float) -> JobTime:
+def gamma_time(
+    shape: Shape, gamma: dict, length: int, two_copy: bool, eval_pairs: int, cluster: dict, runtime_hours: float
+) -> JobTime:
     """A gamma search: the reference and each gamma of the grid scored on every held-out pair; each
     merge (the grid's, the reference's and gamma_hat's) reads three folders; the result is saved."""
     scores = (1 + len(gamma["grid"])) * scoring_flops(shape, eval_pairs, gamma["elbo_samples"], length, two_copy)
@@ -120,7 +129,7 @@ def gamma_time(shape: Shape, gamma: dict, length: int, two_copy: bool, eval_pair
 def svd_flops(m: int, n: int) -> float:
     """Singular values of an m x n matrix: Householder bidiagonalisation, 4 m n^2 - 4 n^3 / 3 (m >= n)."""
     m, n = max(m, n), min(m, n)
-    return 4 * m * n * n - 4 * n ** 3 / 3
+    return 4 * m * n * n - 4 * n**3 / 3
 
 
 def spectra_time(shape: Shape, runtime_hours: float) -> JobTime:
@@ -140,8 +149,9 @@ def over_runtime(jobs) -> list[str]:
         t = j.time
         if t is None or t.fits:
             continue
-        why = ("a segment cannot progress within it" if t.segments == 0 else
-               f"takes {t.longest_hours:.1f} h in one job")
-        out.append(f"{j.job}: {why}, over its runtime of {t.runtime_hours:g} h ({t.hours:.1f} h in all; "
-                   "cluster.armap_runtime_hours)")
+        why = "a segment cannot progress within it" if t.segments == 0 else f"takes {t.longest_hours:.1f} h in one job"
+        out.append(
+            f"{j.job}: {why}, over its runtime of {t.runtime_hours:g} h ({t.hours:.1f} h in all; "
+            "cluster.armap_runtime_hours)"
+        )
     return out

@@ -46,7 +46,9 @@ class Shape:
     @property
     def layer_params(self) -> int:
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        return self.hidden * (2 * q + 2 * kv) + 3 * self.hidden * self.intermediate + 2 * self.hidden + 2 * self.head_dim
+        return (
+            self.hidden * (2 * q + 2 * kv) + 3 * self.hidden * self.intermediate + 2 * self.hidden + 2 * self.head_dim
+        )
 
     @property
     def embedding_params(self) -> int:
@@ -78,8 +80,16 @@ class Shape:
             upcast = FP32 * width if (act != FP32 or not counted_input) else 0
             return upcast + 2 * act * width
 
-        return (norm(h, False) + act * (q + 2 * kv) + norm(q, True) + norm(kv, True) + 2 * act * (q + kv)
-                + 2 * act * q + norm(h, False) + 4 * act * self.intermediate)
+        return (
+            norm(h, False)
+            + act * (q + 2 * kv)
+            + norm(q, True)
+            + norm(kv, True)
+            + 2 * act * (q + kv)
+            + 2 * act * q
+            + norm(h, False)
+            + 4 * act * self.intermediate
+        )
 
 
 # The Qwen3 base models of the paper preset (their config.json), so a plan needs no download.
@@ -93,9 +103,16 @@ QWEN3_SHAPES = {
 
 def shape_from_config(cfg: dict) -> Shape:
     """From a Hugging Face config.json (dict)."""
-    return Shape(cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"],
-                 cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"], cfg["intermediate_size"],
-                 cfg["vocab_size"], cfg.get("tie_word_embeddings", True))
+    return Shape(
+        cfg["hidden_size"],
+        cfg["num_hidden_layers"],
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+        cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"],
+        cfg["intermediate_size"],
+        cfg["vocab_size"],
+        cfg.get("tie_word_embeddings", True),
+    )
 
 
 def model_shape(model_cfg: dict, vocab_size: int | None = None) -> Shape:
@@ -107,10 +124,19 @@ def model_shape(model_cfg: dict, vocab_size: int | None = None) -> Shape:
         return QWEN3_SHAPES[model_cfg["hub_id"]]
     if "arch" in model_cfg:
         a = model_cfg["arch"]
-        return Shape(a["hidden_size"], a["num_hidden_layers"], a["num_attention_heads"], a["num_key_value_heads"],
-                     a["hidden_size"] // a["num_attention_heads"], a["intermediate_size"], vocab_size or 32768,
-                     a.get("tie_word_embeddings", True))
-    raise ValueError(f"cannot size model {model_cfg.get('hub_id')!r}: set model_path to a local folder with config.json")
+        return Shape(
+            a["hidden_size"],
+            a["num_hidden_layers"],
+            a["num_attention_heads"],
+            a["num_key_value_heads"],
+            a["hidden_size"] // a["num_attention_heads"],
+            a["intermediate_size"],
+            vocab_size or 32768,
+            a.get("tie_word_embeddings", True),
+        )
+    raise ValueError(
+        f"cannot size model {model_cfg.get('hub_id')!r}: set model_path to a local folder with config.json"
+    )
 
 
 @dataclass(frozen=True)
@@ -185,7 +211,9 @@ def estimate(shape: Shape, run: dict, launch: Launch) -> dict[str, float]:
 
     n = launch.rows * T * MASKED_FRACTION
     chunk = min(n, 1024)
-    out["logits"] = 2 * act * n * shape.vocab + 3 * FP32 * chunk * shape.vocab  # logits, their gradient, a chunk in fp32
+    out["logits"] = (
+        2 * act * n * shape.vocab + 3 * FP32 * chunk * shape.vocab
+    )  # logits, their gradient, a chunk in fp32
 
     teacher = 0.0
     reads, head = teacher_of(run)
@@ -195,7 +223,9 @@ def estimate(shape: Shape, run: dict, launch: Launch) -> dict[str, float]:
         teacher = t_bytes * weights / (g if launch.shard_teacher else 1)
         if launch.shard_teacher:
             teacher += t_bytes * 2 * shape.layer_params
-        teacher += t_bytes * shape.layer_activation_bytes(act) / act * launch.rows * T / 4  # one layer's transient outputs
+        teacher += (
+            t_bytes * shape.layer_activation_bytes(act) / act * launch.rows * T / 4
+        )  # one layer's transient outputs
     out["teacher"] = teacher
     out["masks"] = 0.0 if launch.cuda else launch.rows * seq * seq * (act + 1)
     sizing = Sizing(shape, run, launch, act, T, seq, n)
@@ -276,20 +306,27 @@ def plan_job(job: str, shape: Shape, run: dict, cluster: dict) -> Plan:
     if not fitting:
         launch = Launch(1, per_node, max(1, micro // per_node), True, True)
         parts = estimate(shape, run, launch)
-        why = (f"needs {peak(parts) / GB:.0f} GB per GPU at {launch.rows} rows per GPU on one node; no launch up to "
-               f"{cluster['max_nodes']} nodes fits {cluster['gpu_memory_gb']} GB (micro-batch {micro} rows: raise "
-               f"training.grad_accum or lower batch_size / seq_len)")
+        why = (
+            f"needs {peak(parts) / GB:.0f} GB per GPU at {launch.rows} rows per GPU on one node; no launch up to "
+            f"{cluster['max_nodes']} nodes fits {cluster['gpu_memory_gb']} GB (micro-batch {micro} rows: raise "
+            f"training.grad_accum or lower batch_size / seq_len)"
+        )
         return Plan(job, None, parts, peak(parts) / GB, math.nan, 0, tr["grad_accum"], why)
 
     def hours(launch):
-        seconds = tr["steps"] * step_flops(shape, run, launch.activation_checkpointing) / (
-            launch.gpus * cluster["gpu_tflops"] * 1e12 * cluster["mfu"])
+        seconds = (
+            tr["steps"]
+            * step_flops(shape, run, launch.activation_checkpointing)
+            / (launch.gpus * cluster["gpu_tflops"] * 1e12 * cluster["mfu"])
+        )
         return (seconds + tr["steps"] * decode_seconds(shape, run, launch, cluster)) / 3600
 
     in_time = [(l, p) for l, p in fitting if hours(l) <= cluster["runtime_hours"]]
     launch, parts = in_time[0] if in_time else fitting[-1]
     h = hours(launch)
-    return Plan(job, launch, parts, peak(parts) / GB, h, max(1, math.ceil(h / cluster["runtime_hours"])), tr["grad_accum"])
+    return Plan(
+        job, launch, parts, peak(parts) / GB, h, max(1, math.ceil(h / cluster["runtime_hours"])), tr["grad_accum"]
+    )
 
 
 def plan_jobs(config: dict) -> list[Plan]:

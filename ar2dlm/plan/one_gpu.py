@@ -52,18 +52,22 @@ def decode_parts(shape: Shape, spec: dict, block: int) -> dict[str, float]:
     act = _bytes(spec.get("dtype", "bf16"))
     rows = spec["batch_size"]
     length = PROMPT_TOKENS + spec.get("max_new_tokens", spec.get("max_gen_toks", 256))
-    return {"weights": act * shape.params,
-            "kv_cache": shape.kv_cache_bytes(rows * length, act),
-            "logits": rows * 2 * block * shape.vocab * act + 2 * FP32 * rows * block * shape.vocab,
-            "activations": layer_transient(shape, rows * length, act)}
+    return {
+        "weights": act * shape.params,
+        "kv_cache": shape.kv_cache_bytes(rows * length, act),
+        "logits": rows * 2 * block * shape.vocab * act + 2 * FP32 * rows * block * shape.vocab,
+        "activations": layer_transient(shape, rows * length, act),
+    }
 
 
 def elbo_parts(shape: Shape, weight_bytes: int, rows: int, length: int) -> dict[str, float]:
     """ELBO scoring without gradients: ``rows`` masked copies of a ``length``-token sequence per forward."""
     act = weight_bytes
-    return {"weights": weight_bytes * shape.params,
-            "logits": rows * length * shape.vocab * (act + 2 * FP32),
-            "activations": layer_transient(shape, rows * length, act)}
+    return {
+        "weights": weight_bytes * shape.params,
+        "logits": rows * length * shape.vocab * (act + 2 * FP32),
+        "activations": layer_transient(shape, rows * length, act),
+    }
 
 
 def selected_logits(shape: Shape, scored: float, act: int, kept: int = 1) -> float:
@@ -77,10 +81,12 @@ def gamma_parts(shape: Shape, rows: int, length: int, two_copy: bool) -> dict[st
     under bf16 autocast (the residual stream stays fp32), a dense additive mask (and its bf16 cast)
     and the logits of masked positions."""
     seq = 2 * length if two_copy else length
-    return {"weights": FP32 * shape.params,
-            "logits": selected_logits(shape, rows * length * MASKED_FRACTION, BF16),
-            "activations": layer_transient(shape, rows * seq, FP32),
-            "masks": rows * seq * seq * (FP32 + BF16 + 1)}
+    return {
+        "weights": FP32 * shape.params,
+        "logits": selected_logits(shape, rows * length * MASKED_FRACTION, BF16),
+        "activations": layer_transient(shape, rows * seq, FP32),
+        "masks": rows * seq * seq * (FP32 + BF16 + 1),
+    }
 
 
 def lora_params(shape: Shape, r: int) -> int:
@@ -99,13 +105,22 @@ def dpo_parts(shape: Shape, cfg: dict, diffusion: bool, two_copy: bool = False) 
     lora = cfg.get("lora")
     if lora:
         trained = lora_params(shape, lora["r"])
-        out = {"weights": BF16 * shape.params + FP32 * trained, "gradients": FP32 * trained,
-               "optimizer": 2 * FP32 * trained, "reference": 0.0}
+        out = {
+            "weights": BF16 * shape.params + FP32 * trained,
+            "gradients": FP32 * trained,
+            "optimizer": 2 * FP32 * trained,
+            "reference": 0.0,
+        }
     else:
-        out = {"weights": FP32 * shape.params, "gradients": FP32 * shape.params, "optimizer": 2 * FP32 * shape.params,
-               "reference": FP32 * shape.params if diffusion else 0.0}  # a causal model's are precomputed
-    out["activations"] = (passes * shape.layers * BF16 * shape.hidden * tokens
-                          + shape.layer_activation_bytes(BF16) * tokens)
+        out = {
+            "weights": FP32 * shape.params,
+            "gradients": FP32 * shape.params,
+            "optimizer": 2 * FP32 * shape.params,
+            "reference": FP32 * shape.params if diffusion else 0.0,
+        }  # a causal model's are precomputed
+    out["activations"] = (
+        passes * shape.layers * BF16 * shape.hidden * tokens + shape.layer_activation_bytes(BF16) * tokens
+    )
     if diffusion:  # the reference's forward (no gradients) runs beside the policy's kept state
         out["activations"] += layer_transient(shape, tokens, BF16)
     # a DLM's ELBO keeps each forward's logits at masked positions and one gradient of them (and the
@@ -117,7 +132,7 @@ def dpo_parts(shape: Shape, cfg: dict, diffusion: bool, two_copy: bool = False) 
 
 def spectra_parts(shape: Shape) -> dict[str, float]:
     largest = shape.vocab * shape.hidden
-    return {"matrices": 5 * FP32 * largest, "svd": 3 * FP32 * shape.hidden ** 2 + FP32 * largest}
+    return {"matrices": 5 * FP32 * largest, "svd": 3 * FP32 * shape.hidden**2 + FP32 * largest}
 
 
 @dataclass(frozen=True)
@@ -143,8 +158,9 @@ SHARDED_PARTS = ("weights", "gradients", "optimizer", "reference")
 SPLIT_PARTS = ("activations", "logits")  # each process runs its share of a micro-batch's rows
 
 
-def dpo_job(name: str, shape: Shape, cfg: dict, diffusion: bool, budget: float, gpus_per_node: int,
-            two_copy: bool = False) -> GpuJob:
+def dpo_job(
+    name: str, shape: Shape, cfg: dict, diffusion: bool, budget: float, gpus_per_node: int, two_copy: bool = False
+) -> GpuJob:
     """DPO on one GPU (TRL) when it fits or trains a LoRA adapter; else full DPO sharded over the
     fewest GPUs of a node (powers of two dividing the micro-batch's pairs, as the trainer splits
     them) that hold it, with a bf16 reference sharded too."""
@@ -155,8 +171,9 @@ def dpo_job(name: str, shape: Shape, cfg: dict, diffusion: bool, budget: float, 
     micro = cfg["batch_size"] // cfg.get("grad_accum", 1)
     gpus = 2
     while True:
-        job = _job(name, {k: v / gpus if k in SHARDED_PARTS + SPLIT_PARTS else v for k, v in parts.items()}, budget,
-                   gpus)
+        job = _job(
+            name, {k: v / gpus if k in SHARDED_PARTS + SPLIT_PARTS else v for k, v in parts.items()}, budget, gpus
+        )
         if job.fits or 2 * gpus > gpus_per_node or micro % (2 * gpus):
             return job
         gpus *= 2
@@ -181,14 +198,19 @@ def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
     for model, bench, run in sorted(evaluated):
         shape, spec = shapes[model], benchmark_settings(config, bench)
         act = _bytes(spec.get("dtype", "bf16"))
-        block = max([(resolve_run(config, run)["block_size"] if run != "teacher" else None) or spec.get("block_size") or 1]
-                    + spec.get("block_sizes", []))
+        block = max(
+            [(resolve_run(config, run)["block_size"] if run != "teacher" else None) or spec.get("block_size") or 1]
+            + spec.get("block_sizes", [])
+        )
         if BENCHMARK_KINDS[spec["kind"]].decoded or spec.get("max_gen_toks"):
             parts = decode_parts(shape, spec, block)
         elif spec["kind"] in ("likelihood", "harness"):
             parts = elbo_parts(shape, act, min(spec["elbo_samples"], spec["batch_size"]), PROMPT_TOKENS + 1024)
         else:  # embeddings: one forward of a batch of 512-token texts
-            parts = {"weights": act * shape.params, "activations": layer_transient(shape, spec["batch_size"] * 512, act)}
+            parts = {
+                "weights": act * shape.params,
+                "activations": layer_transient(shape, spec["batch_size"] * 512, act),
+            }
         job = _job(f"evaluate/{model}/{bench}", parts, budget)
         if job.job not in jobs or job.peak_gb > jobs[job.job].peak_gb:
             jobs[job.job] = job
@@ -223,17 +245,43 @@ def armap_one_gpu_jobs(config: dict, shapes: dict, armap, budget: float) -> list
         for kind, diffusion in (("dpo_teacher", False), ("dlm_dpo", True)):
             cfg = a["dpo" if kind == "dpo_teacher" else "dlm_dpo"]
             job = dpo_job(f"{kind}/{model}", shape, cfg, diffusion, budget, cluster["gpus_per_node"], two_copy)
-            jobs.append(replace(job, time=dpo_time(shape, cfg, diffusion, two_copy, _eval_pairs(config, cfg), cluster,
-                                                   runtime[kind], job.gpus)))
-        jobs.append(replace(_job(f"armap_spectra/{model}", spectra_parts(shape), budget),
-                            time=spectra_time(shape, runtime["armap_spectra"])))
+            jobs.append(
+                replace(
+                    job,
+                    time=dpo_time(
+                        shape, cfg, diffusion, two_copy, _eval_pairs(config, cfg), cluster, runtime[kind], job.gpus
+                    ),
+                )
+            )
+        jobs.append(
+            replace(
+                _job(f"armap_spectra/{model}", spectra_parts(shape), budget),
+                time=spectra_time(shape, runtime["armap_spectra"]),
+            )
+        )
         gamma = _job(f"gamma_search/{model}", gamma_parts(shape, rows, length, two_copy), budget)
-        jobs.append(replace(gamma, time=gamma_time(shape, a["gamma"], length, two_copy, _eval_pairs(config, a["gamma"]),
-                                                   cluster, runtime["gamma_search"])))
+        jobs.append(
+            replace(
+                gamma,
+                time=gamma_time(
+                    shape,
+                    a["gamma"],
+                    length,
+                    two_copy,
+                    _eval_pairs(config, a["gamma"]),
+                    cluster,
+                    runtime["gamma_search"],
+                ),
+            )
+        )
     return jobs
 
 
 def unfit_one_gpu(jobs: list[GpuJob], gpu_memory_gb: float) -> list[str]:
-    return [f"{j.job}: needs {j.peak_gb:.0f} GB on {'one GPU' if j.gpus == 1 else f'each of {j.gpus} GPUs'}, "
-            f"over {USABLE:.0%} of {gpu_memory_gb:g} GB "
-            f"({', '.join(f'{k} {v / GB:.1f}' for k, v in j.parts.items())} GB)" for j in jobs if not j.fits]
+    return [
+        f"{j.job}: needs {j.peak_gb:.0f} GB on {'one GPU' if j.gpus == 1 else f'each of {j.gpus} GPUs'}, "
+        f"over {USABLE:.0%} of {gpu_memory_gb:g} GB "
+        f"({', '.join(f'{k} {v / GB:.1f}' for k, v in j.parts.items())} GB)"
+        for j in jobs
+        if not j.fits
+    ]

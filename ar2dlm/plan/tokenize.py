@@ -53,7 +53,7 @@ def source_tokens(config: dict, source: str) -> int:
         return corpus["stream_tokens"]
     if source == "subset":
         return corpus["subset_tokens"]
-    spec = config["data"]["prompt_sets"][source[len("promptset_"):]]
+    spec = config["data"]["prompt_sets"][source[len("promptset_") :]]
     return spec["n"] * PROMPT_TOKENS * (2 if spec.get("completion_field") else 1)
 
 

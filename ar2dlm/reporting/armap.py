@@ -18,7 +18,9 @@ def armap_report_inputs(config: dict) -> list[str]:
     a, out = config["armap"], []
     dpo_seeds = dlm_dpo_seeds(config)
     for m, r, s in armap_dlms(config):
-        out += [layout.gamma_curve(m, r, s, d, g) for d in a["domains"] for g in a["merges"] if s in search_seeds(config, g)]
+        out += [
+            layout.gamma_curve(m, r, s, d, g) for d in a["domains"] for g in a["merges"] if s in search_seeds(config, g)
+        ]
         out += [layout.spectra_csv(m, r, s, d) for d in a["domains"]]
         step = resolve_run(config, r)["training"]["steps"]
         for d in a["domains"]:
@@ -33,8 +35,13 @@ def armap_report_inputs(config: dict) -> list[str]:
 
 def armap_machines(config: dict) -> str:
     """Where AR-MAP's numbers were computed (see ``tables.machine_note``): its evaluations and gamma searches."""
-    return machine_note([("gamma search" if path.endswith("gamma.json") else "evaluation", read_json(path))
-                         for path in armap_report_inputs(config) if path.endswith(".json")])
+    return machine_note(
+        [
+            ("gamma search" if path.endswith("gamma.json") else "evaluation", read_json(path))
+            for path in armap_report_inputs(config)
+            if path.endswith(".json")
+        ]
+    )
 
 
 def _dlm_seeds(config: dict) -> dict[tuple[str, str], list[int]]:
@@ -55,22 +62,50 @@ def main_table(config: dict) -> pd.DataFrame:
             metric = headline_metric(config, b)
             for (m, run), seeds in _dlm_seeds(config).items():
                 step = resolve_run(config, run)["training"]["steps"]
-                variants = {"DLM (base)": (lambda s: layout.eval_path(b, m, run, s, step), seeds),
-                            "DLM DPO (direct)": (lambda s: layout.derived_eval_path(b, m, run, s, layout.dlm_dpo_name(d)),
-                                                 [s for s in seeds if s in dpo_seeds])}
+                variants = {
+                    "DLM (base)": (lambda s: layout.eval_path(b, m, run, s, step), seeds),
+                    "DLM DPO (direct)": (
+                        lambda s: layout.derived_eval_path(b, m, run, s, layout.dlm_dpo_name(d)),
+                        [s for s in seeds if s in dpo_seeds],
+                    ),
+                }
                 for g in a["eval_merges"]:
-                    variants[f"AR-MAP {g} (gamma_hat)"] = \
-                        (lambda s, g=g: layout.derived_eval_path(b, m, run, s, layout.armap_name(d, g)), seeds)
+                    variants[f"AR-MAP {g} (gamma_hat)"] = (
+                        lambda s, g=g: layout.derived_eval_path(b, m, run, s, layout.armap_name(d, g)),
+                        seeds,
+                    )
                 for label, (path, on) in variants.items():
                     vals = [read_json(path(s))["metrics"][metric] for s in on]
-                    rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "run": run, "system": label,
-                                 "value": mean_sd(vals), "seeds": len(vals)})
+                    rows.append(
+                        {
+                            "domain": d,
+                            "benchmark": b,
+                            "metric": metric,
+                            "model": m,
+                            "run": run,
+                            "system": label,
+                            "value": mean_sd(vals),
+                            "seeds": len(vals),
+                        }
+                    )
             for m in sorted({m for m, _ in _dlm_seeds(config)}):
-                for label, path in (("AR teacher", layout.eval_path(b, m, "teacher")),
-                                    ("AR teacher DPO", layout.teacher_dpo_eval_path(b, m, d))):
+                for label, path in (
+                    ("AR teacher", layout.eval_path(b, m, "teacher")),
+                    ("AR teacher DPO", layout.teacher_dpo_eval_path(b, m, d)),
+                ):
                     v = read_json(path)["metrics"][metric]
-                    rows.append({"domain": d, "benchmark": b, "metric": metric, "model": m, "run": "teacher",
-                                 "system": label, "value": f"{v:.3f}", "seeds": 1})
+                    rows.append(
+                        {
+                            "domain": d,
+                            "benchmark": b,
+                            "metric": metric,
+                            "model": m,
+                            "run": "teacher",
+                            "system": label,
+                            "value": f"{v:.3f}",
+                            "seeds": 1,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -83,11 +118,18 @@ def merges_table(config: dict) -> pd.DataFrame:
                 searched = search_seeds(config, g)
                 curves = [read_json(layout.gamma_curve(m, run, s, d, g)) for s in seeds if s in searched]
                 test = [{c["gamma"]: c["test_reward_accuracy"] for c in cv["curve"]} for cv in curves]
-                rows.append({"domain": d, "model": m, "run": run, "merge": g,
-                             "gamma_hat": mean_sd([c["gamma_hat"] for c in curves]),
-                             "test reward acc. at gamma_hat": mean_sd([t[c["gamma_hat"]] for t, c in zip(test, curves)]),
-                             "test reward acc. at gamma 1": mean_sd([t.get(1, float("nan")) for t in test]),
-                             "seeds": len(curves)})
+                rows.append(
+                    {
+                        "domain": d,
+                        "model": m,
+                        "run": run,
+                        "merge": g,
+                        "gamma_hat": mean_sd([c["gamma_hat"] for c in curves]),
+                        "test reward acc. at gamma_hat": mean_sd([t[c["gamma_hat"]] for t, c in zip(test, curves)]),
+                        "test reward acc. at gamma 1": mean_sd([t.get(1, float("nan")) for t in test]),
+                        "seeds": len(curves),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -101,7 +143,9 @@ def gamma_figure(config: dict, pdf_path, png_path) -> None:
         for ((m, run), run_seeds), g in [(ms, g) for ms in dlm_seeds.items() for g in a["merges"]]:
             seeds = search_seeds(config, g)
             rows = [c for s in run_seeds if s in seeds for c in read_json(layout.gamma_curve(m, run, s, d, g))["curve"]]
-            df = pd.DataFrame(rows).groupby("gamma")["test_reward_accuracy"].agg(["mean", "std"]).fillna(0).reset_index()
+            df = (
+                pd.DataFrame(rows).groupby("gamma")["test_reward_accuracy"].agg(["mean", "std"]).fillna(0).reset_index()
+            )
             label = g if seeds == a["seeds"] else f"{g} (seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))})"
             label = f"{run}: {label}" if len(dlm_seeds) > 1 else label
             ax.errorbar(df["gamma"], df["mean"], yerr=df["std"], marker="o", capsize=3, label=label)
@@ -137,11 +181,11 @@ def plot_shadowing(table: pd.DataFrame, title: str, pdf_path, png_path) -> None:
 def shadowing_figure(config: dict, pdf_path, png_path) -> pd.DataFrame:
     """Mean shadowing ratio by layer and module over seeds and domains."""
     a = config["armap"]
-    frames = [pd.read_csv(layout.spectra_csv(m, r, s, d))
-              for m, r, s in armap_dlms(config) for d in a["domains"]]
+    frames = [pd.read_csv(layout.spectra_csv(m, r, s, d)) for m, r, s in armap_dlms(config) for d in a["domains"]]
     df = pd.concat(frames)
     mean = df.groupby(["parameter", "module", "module_type"], dropna=False)["shadowing_ratio"].mean().reset_index()
     mean["layer"] = mean["parameter"].str.extract(r"\.layers\.(\d+)\.")[0].astype(float)
-    plot_shadowing(mean, f"spectral shadowing, mean over seeds and domains ({config['preset']} preset)", pdf_path,
-                   png_path)
+    plot_shadowing(
+        mean, f"spectral shadowing, mean over seeds and domains ({config['preset']} preset)", pdf_path, png_path
+    )
     return mean

@@ -47,15 +47,17 @@ MIN_SEEDS = 3
 FLOOR, CEILING = 0.05, 0.95  # a study whose compared runs all score outside these decides nothing
 TEACHER_FLOOR = 0.3  # default claims.teacher_floor: a benchmark the AR teacher scores below it shows nothing
 UNBOUNDED = ("likelihood",)  # benchmark kinds whose headline metric is not a score in [0, 1]
-VERDICT_RULE = (f"paired t-test on the per-seed differences (scipy.stats) and the {CONFIDENCE:.0%} t confidence "
-                "interval of their mean. greater: holds when the interval lies above 0, does not hold when it lies "
-                "below 0 (or every difference is <= 0 with no spread); not_worse and near_best: hold when the mean "
-                f"difference is >= 0, do not hold when the interval lies below 0; otherwise, or with fewer than "
-                f"{MIN_SEEDS} seeds, inconclusive; with a margin m (the spread between machines) a greater claim "
-                "holds only at a mean difference >= m and does not hold once its interval lies below m, and a mean "
-                "difference down to -m counts as no worse; every compared run's mean below "
-                f"{FLOOR} or above {CEILING} on the claim's metric: degenerate; the AR teacher itself below "
-                "the teacher floor (claims.teacher_floor, default 0.3) on it: uninformative")
+VERDICT_RULE = (
+    f"paired t-test on the per-seed differences (scipy.stats) and the {CONFIDENCE:.0%} t confidence "
+    "interval of their mean. greater: holds when the interval lies above 0, does not hold when it lies "
+    "below 0 (or every difference is <= 0 with no spread); not_worse and near_best: hold when the mean "
+    f"difference is >= 0, do not hold when the interval lies below 0; otherwise, or with fewer than "
+    f"{MIN_SEEDS} seeds, inconclusive; with a margin m (the spread between machines) a greater claim "
+    "holds only at a mean difference >= m and does not hold once its interval lies below m, and a mean "
+    "difference down to -m counts as no worse; every compared run's mean below "
+    f"{FLOOR} or above {CEILING} on the claim's metric: degenerate; the AR teacher itself below "
+    "the teacher floor (claims.teacher_floor, default 0.3) on it: uninformative"
+)
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,9 @@ def _value(config: dict, c: Claim, run: str, seed, step=None, decoding: str | No
         return res["metrics"][c.metric]
     if (decoding or c.decoding) == "lowest_threshold":
         lowest = min(r["threshold"] for r in res["rows"])
-        return sum(r[c.metric] for r in res["rows"] if r["threshold"] == lowest) / \
-            sum(1 for r in res["rows"] if r["threshold"] == lowest)
+        return sum(r[c.metric] for r in res["rows"] if r["threshold"] == lowest) / sum(
+            1 for r in res["rows"] if r["threshold"] == lowest
+        )
     return max(r[c.metric] for r in res["rows"])
 
 
@@ -122,8 +125,9 @@ def verdict(diffs: list[float], test: str, margin: float = 0.0) -> Verdict:
     s = pd.Series(diffs, dtype=float)
     mean, sd = float(s.mean()), float(s.std()) if n > 1 else float("nan")
     if n < 2:
-        return Verdict(f"inconclusive (fewer than {MIN_SEEDS} seeds)", mean, sd, (float("nan"), float("nan")),
-                       float("nan"))
+        return Verdict(
+            f"inconclusive (fewer than {MIN_SEEDS} seeds)", mean, sd, (float("nan"), float("nan")), float("nan")
+        )
     if sd == 0:  # t is undefined; the interval is the point itself
         ci, p = (mean, mean), (1.0 if mean == 0 else 0.0)
     else:
@@ -178,7 +182,11 @@ def judge(diffs: list[float], test: str, arms: dict[str, float] | None = None, m
     """``verdict``, unless the runs compared (``arms``: each run's mean on the claim's metric, a
     score in [0, 1]) all sit at the floor or all at the ceiling: then the study is degenerate."""
     v = verdict(diffs, test, margin)
-    if arms and len(diffs) >= MIN_SEEDS and (all(m < FLOOR for m in arms.values()) or all(m > CEILING for m in arms.values())):
+    if (
+        arms
+        and len(diffs) >= MIN_SEEDS
+        and (all(m < FLOOR for m in arms.values()) or all(m > CEILING for m in arms.values()))
+    ):
         where = "floor" if all(m < FLOOR for m in arms.values()) else "ceiling"
         means = ", ".join(f"{r} {m:.3f}" for r, m in arms.items())
         return Verdict(f"degenerate (every run at the {where}: {means})", v.mean, v.sd, v.ci, v.p)
@@ -198,8 +206,11 @@ def claim_inputs(config: dict) -> list[str]:
     paths = []
     for c in declared_claims(config):
         if c.armap:
-            paths += [layout.gamma_curve(*d, pd_, c.armap["merge"]) for d in armap_dlms(config)
-                      for pd_ in config["armap"]["domains"]]
+            paths += [
+                layout.gamma_curve(*d, pd_, c.armap["merge"])
+                for d in armap_dlms(config)
+                for pd_ in config["armap"]["domains"]
+            ]
             continue
         model = claim_model(config, c)
         paths.append(layout.eval_path(c.benchmark, model, TEACHER))
@@ -222,8 +233,9 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str]:
             else:
                 test_curve = {p["gamma"]: p["test_reward_accuracy"] for p in g["curve"]}
                 diffs.append(test_curve[g["gamma_hat"]] - test_curve.get(1, test_curve.get(1.0)))
-    measure = "gamma_hat - 1" if c.armap["measure"] == "gamma_hat" else \
-        "test reward accuracy at gamma_hat minus at gamma 1"
+    measure = (
+        "gamma_hat - 1" if c.armap["measure"] == "gamma_hat" else "test reward accuracy at gamma_hat minus at gamma 1"
+    )
     return diffs, measure
 
 
@@ -240,14 +252,19 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
         seeds = _paired_seeds(config, spec, spec["runs"])
         means = {r: [_value(config, c, r, s) for s in seeds] for r in spec["runs"]}
         best = max((r for r in spec["runs"] if r != a), key=lambda r: sum(means[r]))
-        return [x - y for x, y in zip(means[a], means[best])], \
-            f"{c.benchmark} {c.metric}: {a} minus the best other run ({best})", \
-            {r: mean(v) for r, v in means.items()} if _bounded(config, c) else None
+        return (
+            [x - y for x, y in zip(means[a], means[best])],
+            f"{c.benchmark} {c.metric}: {a} minus the best other run ({best})",
+            {r: mean(v) for r, v in means.items()} if _bounded(config, c) else None,
+        )
     seeds = _paired_seeds(config, spec, [a] + ([] if b == TEACHER else [b]))
     va = [_value(config, c, a, s) for s in seeds]
     vb = [_value(config, c, b, None if b == TEACHER else s) for s in seeds]
-    measure = f"{c.benchmark} {c.metric}" + (" at the lowest threshold" if c.decoding == "lowest_threshold" else "") + \
-        f": {a} minus {b}"
+    measure = (
+        f"{c.benchmark} {c.metric}"
+        + (" at the lowest threshold" if c.decoding == "lowest_threshold" else "")
+        + f": {a} minus {b}"
+    )
     arms = {a: mean(va), b: mean(vb)} if _bounded(config, c) else None
     return [x - y for x, y in zip(va, vb)], measure, arms
 
@@ -262,8 +279,10 @@ def effect_by_step(config: dict, c: Claim, spec: dict) -> dict[int, list[float]]
     model = claim_model(config, c)
     steps = {m.run: m.steps for m in study_members(config, c.study) if m.model == model}
     seeds = _paired_seeds(config, spec, [a, b])
-    return {k: [_value(config, c, a, s, k) - _value(config, c, b, s, k) for s in seeds]
-            for k in sorted(set(steps[a]) & set(steps[b]))}
+    return {
+        k: [_value(config, c, a, s, k) - _value(config, c, b, s, k) for s in seeds]
+        for k in sorted(set(steps[a]) & set(steps[b]))
+    }
 
 
 def teacher_below_floor(config: dict, c: Claim) -> str | None:
@@ -272,8 +291,10 @@ def teacher_below_floor(config: dict, c: Claim) -> str | None:
     floor = config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
     score = _value(config, c, TEACHER, None, decoding="best")  # its one decoding setting
     if score < floor:
-        return (f"uninformative (the AR teacher itself scores {score:.3f} on {c.benchmark}, below {floor}: "
-                "choose a benchmark it can do)")
+        return (
+            f"uninformative (the AR teacher itself scores {score:.3f} on {c.benchmark}, below {floor}: "
+            "choose a benchmark it can do)"
+        )
     return None
 
 
@@ -287,8 +308,10 @@ def unequal_flops(config: dict, c: Claim, spec: dict, runs: list[str]) -> str | 
 
     model = claim_model(config, c)
     seeds = _paired_seeds(config, spec, runs)
-    flops = {r: sum(recipe_flops(read_json(layout.conversion_manifest(model, r, s))) for s in seeds) / len(seeds)
-             for r in runs}
+    flops = {
+        r: sum(recipe_flops(read_json(layout.conversion_manifest(model, r, s))) for s in seeds) / len(seeds)
+        for r in runs
+    }
     if max(flops.values()) > FLOPS_TOLERANCE * min(flops.values()):
         return "not at equal FLOPs (" + ", ".join(f"{r} {f:.3g}" for r, f in flops.items()) + ")"
     return None
@@ -331,12 +354,23 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
         v = Verdict(low, v.mean, v.sd, v.ci, v.p)
     nan = lambda x: None if math.isnan(x) else round(x, 4)  # noqa: E731
     by_step = {k: sum(d) / len(d) for k, d in curve.items()}
-    row = {"id": c.id, "paper": c.paper, "claim": c.text, "study": c.study or "armap", "measure": measure,
-           "test": c.direction, "seeds": len(diffs), "effect": round(v.mean, 4), "spread (sd)": nan(v.sd),
-           f"{CONFIDENCE:.0%} CI": None if math.isnan(v.ci[0]) else f"[{v.ci[0]:+.4f}, {v.ci[1]:+.4f}]",
-           "p (paired t)": nan(v.p), "differences": ", ".join(f"{d:+.3f}" for d in diffs), "verdict": v.verdict,
-           "seeds to decide": _sizing(v, c.direction, margin),
-           "effect by training step": ", ".join(f"{k}: {d:+.3f}" for k, d in by_step.items()) or None}
+    row = {
+        "id": c.id,
+        "paper": c.paper,
+        "claim": c.text,
+        "study": c.study or "armap",
+        "measure": measure,
+        "test": c.direction,
+        "seeds": len(diffs),
+        "effect": round(v.mean, 4),
+        "spread (sd)": nan(v.sd),
+        f"{CONFIDENCE:.0%} CI": None if math.isnan(v.ci[0]) else f"[{v.ci[0]:+.4f}, {v.ci[1]:+.4f}]",
+        "p (paired t)": nan(v.p),
+        "differences": ", ".join(f"{d:+.3f}" for d in diffs),
+        "verdict": v.verdict,
+        "seeds to decide": _sizing(v, c.direction, margin),
+        "effect by training step": ", ".join(f"{k}: {d:+.3f}" for k, d in by_step.items()) or None,
+    }
     return row, curve
 
 
@@ -354,11 +388,18 @@ def evaluate_claims(config: dict) -> tuple[pd.DataFrame, dict[str, dict[int, lis
 
 
 def claims_markdown(df: pd.DataFrame, preset: str) -> str:
-    head = [f"# Claims of the four papers, tested on the {preset} preset", "",
-            "Each row compares two runs of one study, paired by seed. Measured here at this preset's scale: a verdict "
-            "says what these runs show, not what the papers found.", "", f"Verdict rule: {VERDICT_RULE}.", "",
-            "An inconclusive row's 'seeds to decide' is the fewest seeds whose interval would decide it (exclude 0, "
-            "or lie below the margin) at its "
-            "measured effect and per-seed spread. Where a study evaluates every checkpoint, 'effect by training step' "
-            "gives the mean difference at each step; the verdict is read at the largest budget, the final step.", ""]
+    head = [
+        f"# Claims of the four papers, tested on the {preset} preset",
+        "",
+        "Each row compares two runs of one study, paired by seed. Measured here at this preset's scale: a verdict "
+        "says what these runs show, not what the papers found.",
+        "",
+        f"Verdict rule: {VERDICT_RULE}.",
+        "",
+        "An inconclusive row's 'seeds to decide' is the fewest seeds whose interval would decide it (exclude 0, "
+        "or lie below the margin) at its "
+        "measured effect and per-seed spread. Where a study evaluates every checkpoint, 'effect by training step' "
+        "gives the mean difference at each step; the verdict is read at the largest budget, the final step.",
+        "",
+    ]
     return "\n".join(head + [df.to_markdown(index=False), ""])

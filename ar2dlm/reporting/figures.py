@@ -52,16 +52,25 @@ def metric_curve(ax, config: dict, study: str, data: list[Evaluated], *, against
     group = ["model"] if against == "lambda" else ["model", "run"]
     for key, part in df.groupby(group):
         agg = part.groupby("x")["y"].agg(["mean", "std"]).fillna(0.0).reset_index()
-        ax.errorbar(agg["x"], agg["mean"], yerr=agg["std"], marker="o", capsize=3,
-                    label=" ".join(key) if isinstance(key, tuple) else key)
+        ax.errorbar(
+            agg["x"],
+            agg["mean"],
+            yerr=agg["std"],
+            marker="o",
+            capsize=3,
+            label=" ".join(key) if isinstance(key, tuple) else key,
+        )
     if against == "lambda":
         ax.set_xscale("symlog", linthresh=1)
     ax.set_xlabel("alignment weight lambda" if against == "lambda" else "training step")
     ax.set_ylabel(f"{first}: {metric}")
 
 
-SPEED_LABELS = {"tokens_per_s": "tokens / s", "tokens_per_step": "tokens per step",
-                "speedup": "tokens/s over the AR teacher's"}
+SPEED_LABELS = {
+    "tokens_per_s": "tokens / s",
+    "tokens_per_step": "tokens per step",
+    "speedup": "tokens/s over the AR teacher's",
+}
 
 
 def speed_curve(ax, config: dict, study: str, data: list[Evaluated], *, xkey: str) -> None:
@@ -74,8 +83,12 @@ def speed_curve(ax, config: dict, study: str, data: list[Evaluated], *, xkey: st
         teacher = read_json(layout.eval_path(first, model, "teacher"))["rows"][0]
         for r in spec["runs"]:
             final = max((d.step for d in data if d.model == model and d.run == r), default=None)
-            rows = [row for d in data if d.model == model and d.run == r and d.benchmark == first and d.step == final
-                    for row in d.result["rows"]]
+            rows = [
+                row
+                for d in data
+                if d.model == model and d.run == r and d.benchmark == first and d.step == final
+                for row in d.result["rows"]
+            ]
             if not rows:
                 continue
             df = pd.DataFrame(rows)
@@ -87,8 +100,13 @@ def speed_curve(ax, config: dict, study: str, data: list[Evaluated], *, xkey: st
                 ax.plot(part[xkey], part["base_pass@1"], marker="o", label=f"{r} (block {int(block)})")
                 if xkey == "speedup":
                     for _, p in part.iterrows():
-                        ax.annotate(f"{p['threshold']:g}", (p[xkey], p["base_pass@1"]), fontsize=6,
-                                    textcoords="offset points", xytext=(3, 3))
+                        ax.annotate(
+                            f"{p['threshold']:g}",
+                            (p[xkey], p["base_pass@1"]),
+                            fontsize=6,
+                            textcoords="offset points",
+                            xytext=(3, 3),
+                        )
         tx = 1.0 if xkey == "speedup" else teacher[xkey]
         ax.scatter([tx], [teacher["base_pass@1"]], marker="*", s=120, color="black", label="AR teacher")
     ax.set_xlabel(SPEED_LABELS[xkey] + (" (point labels: threshold)" if xkey == "speedup" else ""))
@@ -124,8 +142,16 @@ def flops_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
 
     first = config["studies"][study]["evals"][0]
     metric = headline_metric(config, first)
-    rows = [{"run": d.run, "model": d.model, "flops": recipe_flops(read_json(layout.conversion_manifest(d.model, d.run, d.seed))),
-             "y": d.result["metrics"][metric]} for d in data if d.benchmark == first]
+    rows = [
+        {
+            "run": d.run,
+            "model": d.model,
+            "flops": recipe_flops(read_json(layout.conversion_manifest(d.model, d.run, d.seed))),
+            "y": d.result["metrics"][metric],
+        }
+        for d in data
+        if d.benchmark == first
+    ]
     df = pd.DataFrame(rows).groupby(["model", "run"]).agg(flops=("flops", "mean"), y=("y", "mean"), sd=("y", "std"))
     for (model, run), r in df.fillna(0.0).iterrows():
         ax.errorbar([r["flops"]], [r["y"]], yerr=[r["sd"]], marker="o", capsize=3, label=f"{model} {run}")
@@ -169,8 +195,13 @@ def effect_curves_figure(curves: dict[str, dict[int, list[float]]], pdf_path, pn
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for claim, curve in curves.items():
-        agg = pd.DataFrame([{"step": k, "d": d} for k, ds in curve.items() for d in ds]).groupby("step")["d"] \
-            .agg(["mean", "std"]).fillna(0.0).reset_index()
+        agg = (
+            pd.DataFrame([{"step": k, "d": d} for k, ds in curve.items() for d in ds])
+            .groupby("step")["d"]
+            .agg(["mean", "std"])
+            .fillna(0.0)
+            .reset_index()
+        )
         ax.errorbar(agg["step"], agg["mean"], yerr=agg["std"], marker="o", capsize=3, label=claim)
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("training step")

@@ -9,30 +9,42 @@ from ..pipeline.layout import parse_eval_path, preference_domain
 from ..provenance import read_json
 
 
-def run_summary(preset: str, models: list[str], eval_paths: list[str], teacher_dirs: list[str],
-                corpus_manifest: str, preference_paths: list[str]) -> tuple[str, dict]:
+def run_summary(
+    preset: str,
+    models: list[str],
+    eval_paths: list[str],
+    teacher_dirs: list[str],
+    corpus_manifest: str,
+    preference_paths: list[str],
+) -> tuple[str, dict]:
     rows = []
     for model, eval_path, tdir in zip(models, eval_paths, teacher_dirs):
         ev, info = read_json(eval_path), load_conventions(tdir)
         data = info.get("data", {})
-        rows.append({
-            "model": model,
-            "source": info["method"],
-            "parameters": info["parameters"],
-            "pretrain steps": data.get("steps"),
-            "pretrain tokens": data.get("tokens_seen"),
-            "train tok/s": data.get("tokens_per_s"),
-            "held-out loss (code)": round(ev["heldout_loss"]["code"], 4),
-            "held-out loss (math)": round(ev["heldout_loss"]["math"], 4),
-            "pass@1 (base)": round(ev["base_pass@1"], 4),
-            "pass@1 (plus)": round(ev["plus_pass@1"], 4),
-            "eval tasks": ev["n_tasks"],
-        })
+        rows.append(
+            {
+                "model": model,
+                "source": info["method"],
+                "parameters": info["parameters"],
+                "pretrain steps": data.get("steps"),
+                "pretrain tokens": data.get("tokens_seen"),
+                "train tok/s": data.get("tokens_per_s"),
+                "held-out loss (code)": round(ev["heldout_loss"]["code"], 4),
+                "held-out loss (math)": round(ev["heldout_loss"]["math"], 4),
+                "pass@1 (base)": round(ev["base_pass@1"], 4),
+                "pass@1 (plus)": round(ev["plus_pass@1"], 4),
+                "eval tasks": ev["n_tasks"],
+            }
+        )
     table = pd.DataFrame(rows)
     corpus = read_json(corpus_manifest)
     prefs = {preference_domain(p): sum(1 for _ in open(p)) for p in preference_paths}
-    summary = {"preset": preset, "teachers": rows, "corpus": {k: corpus[k] for k in ("subset", "stream")},
-               "preference_eval_pairs": prefs}
+    summary = {
+        "preset": preset,
+        "teachers": rows,
+        "corpus": {k: corpus[k] for k in ("subset", "stream")},
+        "preference_eval_pairs": prefs,
+    }
     md = [
         f"# ar2dlm run summary (preset: {preset})",
         "",
@@ -77,14 +89,20 @@ def eval_summary(preset: str, paths: list[str]) -> tuple[str, pd.DataFrame]:
     """Mean and spread over seeds of every metric at each run's evaluated steps, teacher beside."""
     df = eval_rows(paths)
     conv = df[~df.run.str.startswith("teacher")]
-    agg = (conv.groupby(["benchmark", "model", "run", "variant", "metric"])
-           .agg(mean=("value", "mean"), std=("value", "std"), seeds=("seed", "nunique"), teacher=("teacher", "first"))
-           .reset_index())
+    agg = (
+        conv.groupby(["benchmark", "model", "run", "variant", "metric"])
+        .agg(mean=("value", "mean"), std=("value", "std"), seeds=("seed", "nunique"), teacher=("teacher", "first"))
+        .reset_index()
+    )
     agg["std"] = agg["std"].fillna(0.0)
-    md = [f"# Evaluations (preset: {preset})", "",
-          "Every metric of every evaluated model: mean and standard deviation over seeds, the AR teacher's value "
-          "under the same harness beside it (its DPO'd versions are listed under their own names). Measured at this "
-          "preset's scale; none is a paper number.", ""]
+    md = [
+        f"# Evaluations (preset: {preset})",
+        "",
+        "Every metric of every evaluated model: mean and standard deviation over seeds, the AR teacher's value "
+        "under the same harness beside it (its DPO'd versions are listed under their own names). Measured at this "
+        "preset's scale; none is a paper number.",
+        "",
+    ]
     teachers = df[df.run.str.startswith("teacher")]
     for bench, part in agg.groupby("benchmark"):
         md += [f"## {bench}", "", part.drop(columns="benchmark").round(4).to_markdown(index=False), ""]

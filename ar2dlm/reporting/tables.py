@@ -16,8 +16,7 @@ import pandas as pd
 
 from ..evaluation.suite import BENCHMARK_KINDS, harness_metric
 from ..pipeline import layout
-from ..pipeline.jobs import study_members, study_models
-from ..pipeline.jobs import conversion_settings
+from ..pipeline.jobs import conversion_settings, study_members, study_models
 from ..provenance import code_commit, read_json, settings_hash
 
 
@@ -41,8 +40,13 @@ def study_inputs(config: dict, study: str) -> list[str]:
     spec = config["studies"][study]
     members = study_members(config, study)
     paths = [layout.eval_path(e, model, "teacher") for model in study_models(config, spec) for e in spec["evals"]]
-    paths += [layout.eval_path(e, m.model, m.run, s, k) for m in members for e in spec["evals"] for s in m.seeds
-              for k in m.steps]
+    paths += [
+        layout.eval_path(e, m.model, m.run, s, k)
+        for m in members
+        for e in spec["evals"]
+        for s in m.seeds
+        for k in m.steps
+    ]
     # every table shows each run's training tokens and FLOPs from its manifest
     paths += [layout.conversion_manifest(m.model, m.run, s) for m in members for s in m.seeds]
     return sorted(set(paths))
@@ -67,8 +71,10 @@ def training_columns(runs: list[dict], speed: bool) -> dict:
     backward, the teacher's forward, on-policy rollouts: ``Objective._count``; a staged run's
     include its earlier stages), and with ``speed`` tokens/s of the run's own stage (summed step
     time, across resumptions), mean +- sd over seeds, from the runs' manifests."""
-    out = {"training tokens": mean_sd([recipe_tokens(r) for r in runs], fmt=".0f"),
-           "training FLOPs": mean_sd([recipe_flops(r) for r in runs], fmt=".3g")}
+    out = {
+        "training tokens": mean_sd([recipe_tokens(r) for r in runs], fmt=".0f"),
+        "training FLOPs": mean_sd([recipe_flops(r) for r in runs], fmt=".3g"),
+    }
     if speed:
         out["training tokens/s"] = mean_sd([r["tokens"] / r["train_seconds"] for r in runs], fmt=".0f")
     return out
@@ -84,13 +90,18 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
         for m in [m for m in members if m.model == model] + [None]:
             run, seeds = ("teacher", [None]) if m is None else (m.run, m.seeds)
             # the hash each of the run's checkpoints and evaluations records as its settings
-            row = {"model": model, "run": run,
-                   "run settings sha256": "-" if m is None else settings_hash(
-                       {k: v for k, v in conversion_settings(config, run).items() if k != "name"})}
+            row = {
+                "model": model,
+                "run": run,
+                "run settings sha256": "-"
+                if m is None
+                else settings_hash({k: v for k, v in conversion_settings(config, run).items() if k != "name"}),
+            }
             for e in spec["evals"]:
                 kind = BENCHMARK_KINDS[benches[e]["kind"]]
-                results = [read_json(layout.eval_path(e, model, run, s, None if m is None else m.final_step))
-                           for s in seeds]
+                results = [
+                    read_json(layout.eval_path(e, model, run, s, None if m is None else m.final_step)) for s in seeds
+                ]
                 commits |= {r.get("provenance", {}).get("commit", "unrecorded") for r in results}
                 machines += [("evaluation", r) for r in results]
                 if kind.rows:  # one row per decoding setting: the most accurate one
@@ -109,23 +120,32 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
                 machines += [("training", r) for r in manifests]
             row["seeds"] = "-" if m is None else ", ".join(map(str, seeds))
             rows.append(row)
-    context = {"study": study, "preset": config["preset"], "models": study_models(config, spec),
-               "seeds": sorted({s for m in members for s in m.seeds}), "eval_commits": commits,
-               "machines": machine_note(machines)}
+    context = {
+        "study": study,
+        "preset": config["preset"],
+        "models": study_models(config, spec),
+        "seeds": sorted({s for m in members for s in m.seeds}),
+        "eval_commits": commits,
+        "machines": machine_note(machines),
+    }
     return pd.DataFrame(rows), context
 
 
 def reported_rows(reported: dict, study: str, preset: str) -> pd.DataFrame:
     """The papers' numbers for a study, with source (shown beside ours, never as ours)."""
-    rows = [{**r, "note": "paper number" + ("" if preset == "paper" else f", not at the {preset} preset's scale")}
-            for r in reported.get(study, [])]
+    rows = [
+        {**r, "note": "paper number" + ("" if preset == "paper" else f", not at the {preset} preset's scale")}
+        for r in reported.get(study, [])
+    ]
     return pd.DataFrame(rows)
 
 
 def study_header(context: dict) -> str:
-    return (f"Study `{context['study']}`, preset `{context['preset']}`, models {', '.join(context['models'])}, "
-            f"seeds {', '.join(map(str, context['seeds']))}. Measured by this pipeline; mean ± standard deviation "
-            "over seeds at each run's final checkpoint; the AR teacher under the same harness.")
+    return (
+        f"Study `{context['study']}`, preset `{context['preset']}`, models {', '.join(context['models'])}, "
+        f"seeds {', '.join(map(str, context['seeds']))}. Measured by this pipeline; mean ± standard deviation "
+        "over seeds at each run's final checkpoint; the AR teacher under the same harness."
+    )
 
 
 def machine_note(results: list[tuple[str, dict]]) -> str:
@@ -136,12 +156,15 @@ def machine_note(results: list[tuple[str, dict]]) -> str:
         m = result.get("versions", {}).get("machine") or {}
         where = m.get("cuda") or f"{m.get('cpu', 'unrecorded CPU')} ({m.get('kernels', 'unrecorded')} kernels)"
         seen.setdefault(where, {}).setdefault(role, set()).add(m.get("dtype", "dtype unrecorded"))
-    return "; ".join(f"{where}: " + ", ".join(f"{role} {'/'.join(sorted(d))}" for role, d in roles.items())
-                     for where, roles in seen.items())
+    return "; ".join(
+        f"{where}: " + ", ".join(f"{role} {'/'.join(sorted(d))}" for role, d in roles.items())
+        for where, roles in seen.items()
+    )
 
 
-def provenance_footer(eval_commits: set[str] | None = None, settings: dict | None = None,
-                      machines: str | None = None) -> str:
+def provenance_footer(
+    eval_commits: set[str] | None = None, settings: dict | None = None, machines: str | None = None
+) -> str:
     """Which code made a table, which made its numbers, where they were computed and in which
     dtype (``machines``), and (``settings``) a hash of the settings it reads; each evaluation JSON
     records its own commit and settings hashes."""
@@ -155,8 +178,17 @@ def provenance_footer(eval_commits: set[str] | None = None, settings: dict | Non
     return "; ".join(parts) + "."
 
 
-def write_table(table: pd.DataFrame, title: str, header: str, preset: str, md_path, csv_path, tex_path,
-                reported: pd.DataFrame | None = None, footer: str | None = None) -> None:
+def write_table(
+    table: pd.DataFrame,
+    title: str,
+    header: str,
+    preset: str,
+    md_path,
+    csv_path,
+    tex_path,
+    reported: pd.DataFrame | None = None,
+    footer: str | None = None,
+) -> None:
     """One table as Markdown (title, provenance header, the papers' numbers under it, the provenance
     footer), CSV (with the preset and the footer's commit) and LaTeX."""
     footer = footer or provenance_footer()
@@ -167,12 +199,12 @@ def write_table(table: pd.DataFrame, title: str, header: str, preset: str, md_pa
     Path(md_path).write_text("\n".join(md + [footer, ""]))
     table.assign(preset=preset, commit=code_commit()).to_csv(csv_path, index=False)
     caption = f"{title}. {header} {footer}".replace("`", "").replace("±", "$\\pm$").replace("_", "\\_")
-    Path(tex_path).write_text(shown.to_latex(index=False, caption=caption, label=f"tab:{title}")
-                              .replace("±", "$\\pm$"))
+    Path(tex_path).write_text(shown.to_latex(index=False, caption=caption, label=f"tab:{title}").replace("±", "$\\pm$"))
 
 
 class Evaluated(NamedTuple):
     """One evaluation of a study: a run's checkpoint on a benchmark, and its result JSON."""
+
     model: str
     run: str
     seed: int
@@ -184,5 +216,10 @@ class Evaluated(NamedTuple):
 def study_evaluations(config: dict, study: str) -> list[Evaluated]:
     """Every conversion evaluation of a study (each run, benchmark, seed and evaluated step)."""
     spec = config["studies"][study]
-    return [Evaluated(m.model, m.run, s, k, e, read_json(layout.eval_path(e, m.model, m.run, s, k)))
-            for m in study_members(config, study) for e in spec["evals"] for s in m.seeds for k in m.steps]
+    return [
+        Evaluated(m.model, m.run, s, k, e, read_json(layout.eval_path(e, m.model, m.run, s, k)))
+        for m in study_members(config, study)
+        for e in spec["evals"]
+        for s in m.seeds
+        for k in m.steps
+    ]

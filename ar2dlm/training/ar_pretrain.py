@@ -32,27 +32,62 @@ def pack_documents(docs: list[dict], tokenizer, seq_len: int, seed: int) -> torc
     return torch.tensor(ids[: n_rows * (seq_len + 1)], dtype=torch.long).view(n_rows, seq_len + 1)
 
 
-def pretrain(model, train_rows: torch.Tensor, *, steps: int, batch_size: int, lr: float,
-             warmup_steps: int, weight_decay: float, grad_clip: float, dtype: str, seed: int,
-             log_path: str | Path, log_every: int = 10) -> dict:
+def pretrain(
+    model,
+    train_rows: torch.Tensor,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    warmup_steps: int,
+    weight_decay: float,
+    grad_clip: float,
+    dtype: str,
+    seed: int,
+    log_path: str | Path,
+    log_every: int = 10,
+) -> dict:
     """Train ``model`` in place on packed rows through the training loop with the causal-LM
     objective, on this process's CPU; log every step to ``log_path`` (CSV for a .csv path, else
     JSON lines); return a summary."""
     torch.manual_seed(seed)
-    training = {"steps": steps, "batch_size": batch_size, "grad_accum": 1, "lr": lr, "warmup_steps": warmup_steps,
-                "weight_decay": weight_decay, "grad_clip": grad_clip, "log_every": log_every}
+    training = {
+        "steps": steps,
+        "batch_size": batch_size,
+        "grad_accum": 1,
+        "lr": lr,
+        "warmup_steps": warmup_steps,
+        "weight_decay": weight_decay,
+        "grad_clip": grad_clip,
+        "log_every": log_every,
+    }
     conv = Conventions("causal", True, None, model.config.eos_token_id, model.config.pad_token_id)
     objective = CausalLM({}, conv, seed)
     objective.count_parameters(model, None)
     batches = objective.batches(train_rows, None, train_rows.shape[1] - 1, batch_size, seed)
     model.train()
     log = StepLog(log_path)
-    loop = Loop(model, None, objective, optimizer(model, training), training, ProcessGroup(), dtype,
-                torch.Generator().manual_seed(seed), log, "pretrain")
+    loop = Loop(
+        model,
+        None,
+        objective,
+        optimizer(model, training),
+        training,
+        ProcessGroup(),
+        dtype,
+        torch.Generator().manual_seed(seed),
+        log,
+        "pretrain",
+    )
     t0 = time.time()
     loop.run(batches)
     elapsed = time.time() - t0
     rows = log.rows()
     tokens = sum(r["tokens"] for r in rows)
-    return {"steps": steps, "tokens_seen": tokens, "train_seconds": round(elapsed, 1),
-            "tokens_per_s": round(tokens / elapsed), "final_train_loss": round(rows[-1]["loss"], 5)}
+    return {
+        "steps": steps,
+        "tokens_seen": tokens,
+        "train_seconds": round(elapsed, 1),
+        "tokens_per_s": round(tokens / elapsed),
+        "final_train_loss": round(rows[-1]["loss"], 5),
+    }

@@ -29,7 +29,7 @@ class PackedEpochs(Batches):
     def whole(self, index: int):
         per_epoch = len(self.rows) // self.batch_size
         start = index % per_epoch * self.batch_size
-        ids = self.rows[self._permutation(index // per_epoch)[start:start + self.batch_size]]
+        ids = self.rows[self._permutation(index // per_epoch)[start : start + self.batch_size]]
         return ids, torch.ones_like(ids), torch.zeros(len(ids), dtype=torch.long)
 
 
@@ -40,8 +40,10 @@ class CausalLM(Objective):
     def batches(self, corpus, tokenizer, seq_len, micro, seed):
         """``corpus``: packed rows of ``seq_len + 1`` tokens (``ar_pretrain.pack_documents``)."""
         if not isinstance(corpus, torch.Tensor) or corpus.ndim != 2 or corpus.shape[1] != seq_len + 1:
-            raise ValueError(f"the causal-LM objective trains on packed rows of {seq_len + 1} tokens, "
-                             f"not {type(corpus).__name__} {tuple(getattr(corpus, 'shape', ()))}")
+            raise ValueError(
+                f"the causal-LM objective trains on packed rows of {seq_len + 1} tokens, "
+                f"not {type(corpus).__name__} {tuple(getattr(corpus, 'shape', ()))}"
+            )
         return PackedEpochs(corpus, micro, seed)
 
     def terms(self, model, teacher, mb, step, generator) -> dict:

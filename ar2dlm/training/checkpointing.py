@@ -25,8 +25,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.models import (WEIGHT_HASHES, checkpoint_dir, checkpoint_dirs, file_sha256, load_conventions,
-                           save_model)
+from ..core.models import WEIGHT_HASHES, checkpoint_dir, checkpoint_dirs, file_sha256, load_conventions, save_model
 from ..provenance import read_json, write_json
 from .distributed import ProcessGroup, barrier, from_main, gathered
 from .sharding import exported_weights, load_trainer_state, save_trainer_state
@@ -73,8 +72,10 @@ def _plan(ckpt: Path) -> dict[str, tuple[str, int]] | str:
     """Every file of a resumable checkpoint with the sha256 recorded when it was written (weights in
     the conventions JSON, the state in ``trainer_state.pt``) and its size, or why they cannot be read."""
     try:
-        recorded = {**(load_conventions(ckpt).get(WEIGHT_HASHES) or {}),
-                    **torch.load(ckpt / STATE_FILE, weights_only=False)["state_sha256"]}
+        recorded = {
+            **(load_conventions(ckpt).get(WEIGHT_HASHES) or {}),
+            **torch.load(ckpt / STATE_FILE, weights_only=False)["state_sha256"],
+        }
     except Exception as exc:  # truncated, or written before hashes were recorded
         return f"{ckpt} cannot be verified: its records cannot be read ({type(exc).__name__}: {exc})"
     state = {str(f.relative_to(ckpt)) for f in (ckpt / STATE_DIR).rglob("*") if f.is_file()}
@@ -209,8 +210,13 @@ class Checkpoints:
         weights = exported_weights(model, export)  # collective when sharded
         if pg.main:
             shutil.rmtree(tmp, ignore_errors=True)
-            save_model(model, self.tokenizer, tmp, {**self.conventions.to_dict(), **self.info, "step": step,
-                                                    "dtype": export}, state_dict=weights)
+            save_model(
+                model,
+                self.tokenizer,
+                tmp,
+                {**self.conventions.to_dict(), **self.info, "step": step, "dtype": export},
+                state_dict=weights,
+            )
             write_json(tmp / "settings.json", self.settings)
         barrier(pg)
         save_trainer_state(model, opt, tmp / STATE_DIR, pg.world)

@@ -23,9 +23,15 @@ class MicroBatch(NamedTuple):
     world: int  # processes sharing the micro-batch
     index: int  # the micro-batch's number in the run: row r is sample index * len(ids) + r
 
-    def to(self, device) -> "MicroBatch":
-        return MicroBatch(self.ids.to(device), self.valid.to(device), self.prompt_lens.to(device),
-                          self.rows.to(device), self.world, self.index)
+    def to(self, device) -> MicroBatch:
+        return MicroBatch(
+            self.ids.to(device),
+            self.valid.to(device),
+            self.prompt_lens.to(device),
+            self.rows.to(device),
+            self.world,
+            self.index,
+        )
 
     def sample_ids(self) -> list[int]:
         """Run-wide indices of this process's rows."""
@@ -52,7 +58,9 @@ class Batches:
 
     def __init__(self, rows, batch_size: int, seed: int, pad_id: int, ordered: bool = False):
         if not len(rows):
-            raise ValueError("no training rows: every document is longer than the sequence length, or the corpus is empty")
+            raise ValueError(
+                "no training rows: every document is longer than the sequence length, or the corpus is empty"
+            )
         self.rows, self.batch_size, self.seed, self.pad_id, self.ordered = rows, batch_size, seed, pad_id, ordered
         self._perm_epoch, self._perm = None, None
 
@@ -82,16 +90,23 @@ class Batches:
         need = stop * self.batch_size
         if self.ordered and need > len(self.rows):
             what = self.rows.describe() if hasattr(self.rows, "describe") else "the stream"
-            raise ValueError(f"{what} holds {len(self.rows)} rows; the run's {stop} micro-batches of {self.batch_size} "
-                             f"rows need {need}: rebuild the rows with a larger token budget or train fewer steps")
+            raise ValueError(
+                f"{what} holds {len(self.rows)} rows; the run's {stop} micro-batches of {self.batch_size} "
+                f"rows need {need}: rebuild the rows with a larger token budget or train fewer steps"
+            )
 
     def loader(self, start: int, stop: int, workers: int = 0):
         """Micro-batches ``start`` to ``stop`` - 1 through a DataLoader (``workers`` processes read
         ahead); a resumed run starts at its own index without reading what came before. A stream
         read once is checked to hold them all first (``require``)."""
         self.require(stop)
-        return torch.utils.data.DataLoader(_Indexed(self), batch_size=None, sampler=range(start, stop),
-                                           num_workers=workers, prefetch_factor=4 if workers else None)
+        return torch.utils.data.DataLoader(
+            _Indexed(self),
+            batch_size=None,
+            sampler=range(start, stop),
+            num_workers=workers,
+            prefetch_factor=4 if workers else None,
+        )
 
 
 class PairBatches(Batches):
@@ -102,7 +117,9 @@ class PairBatches(Batches):
 
     def whole(self, index: int):
         n = len(self.rows)
-        picks = [int(self._permutation(i // n)[i % n]) for i in range(index * self.batch_size, (index + 1) * self.batch_size)]
+        picks = [
+            int(self._permutation(i // n)[i % n]) for i in range(index * self.batch_size, (index + 1) * self.batch_size)
+        ]
         return collate([self.rows[p][0] for p in picks] + [self.rows[p][1] for p in picks], self.pad_id)
 
 

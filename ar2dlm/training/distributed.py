@@ -71,8 +71,9 @@ def setup(timeout: timedelta = COLLECTIVE_TIMEOUT) -> ProcessGroup:
     if pg.device.type == "cuda":
         torch.cuda.set_device(pg.device)  # before any CUDA work
     if pg.world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(pg.backend, device_id=pg.device if pg.device.type == "cuda" else None,
-                                             timeout=timeout)
+        torch.distributed.init_process_group(
+            pg.backend, device_id=pg.device if pg.device.type == "cuda" else None, timeout=timeout
+        )
     return pg
 
 

@@ -33,8 +33,10 @@ def optimizer(model, training: dict) -> torch.optim.AdamW:
     would shrink the layer's output scale instead (nanoGPT's and most LM recipes' rule). The
     conversion presets use weight decay 0 (nothing decays), the teacher's pretraining 0.1."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": training["weight_decay"]},
-              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": training["weight_decay"]},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=training["lr"], betas=(0.9, 0.95))
 
 
@@ -64,8 +66,11 @@ class Loop:
         checkpoints); returns the step a segment stopped after, or None when the run is complete."""
         tr, pg = self.training, self.pg
         # micro-batches from the resumed step on (memory-mapped rows are read ahead by worker processes on GPUs)
-        loader = iter(batches.loader(start * tr["grad_accum"], tr["steps"] * tr["grad_accum"],
-                                     workers=2 if pg.device.type == "cuda" else 0))
+        loader = iter(
+            batches.loader(
+                start * tr["grad_accum"], tr["steps"] * tr["grad_accum"], workers=2 if pg.device.type == "cuda" else 0
+            )
+        )
         t_run = time.time()
         bar = tqdm(range(start, tr["steps"]), desc=self.name, mininterval=5, disable=not pg.main)
         for step in bar:
@@ -76,8 +81,13 @@ class Loop:
             if checkpoints is None:
                 continue
             save = checkpoints.due(step)
-            stop = stop_after_hours is not None and not save and segment_ends(  # one segment of a longer run
-                t_run, checkpoints.to_next(step) * row["step_s"], stop_after_hours, pg)
+            stop = (
+                stop_after_hours is not None
+                and not save
+                and segment_ends(  # one segment of a longer run
+                    t_run, checkpoints.to_next(step) * row["step_s"], stop_after_hours, pg
+                )
+            )
             if save or stop:
                 checkpoints.save(self.model, self.opt, self.generator, step + 1)
             if stop:
@@ -111,6 +121,14 @@ class Loop:
         grad_norm = grad_norm_value(torch.nn.utils.clip_grad_norm_(self.params, tr["grad_clip"]))
         self.opt.step()
         dt = time.time() - t0
-        return {"step": step, "loss": sum(sums.values()), **sums, "lr": lr, "grad_norm": grad_norm, "tokens": tokens,
-                "tokens_per_s": round(tokens / dt, 1), "step_s": round(dt, 4),
-                **{f"flops_{part}": v for part, v in zip(FLOP_PARTS, flops)}}
+        return {
+            "step": step,
+            "loss": sum(sums.values()),
+            **sums,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "tokens": tokens,
+            "tokens_per_s": round(tokens / dt, 1),
+            "step_s": round(dt, 4),
+            **{f"flops_{part}": v for part, v in zip(FLOP_PARTS, flops)},
+        }

@@ -33,9 +33,11 @@ class Objective:
 
     def count_parameters(self, model, teacher) -> None:
         """The parameter counts the FLOP count uses (call before sharding)."""
-        self.sizes = {"params": sum(p.numel() for p in model.parameters()),
-                      "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                      "teacher": sum(p.numel() for p in teacher.parameters()) if teacher is not None else 0}
+        self.sizes = {
+            "params": sum(p.numel() for p in model.parameters()),
+            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "teacher": sum(p.numel() for p in teacher.parameters()) if teacher is not None else 0,
+        }
 
     def _count(self, student_tokens, teacher_tokens=0, rollout_tokens=0) -> None:
         """This process's FLOPs of the micro-batch ``terms`` just computed (``last_flops``), counted
@@ -46,9 +48,11 @@ class Objective:
         position; an on-policy rollout's forward passes, 2N per position they ran over."""
         n = self.sizes
         block = 2 if self.conv.attention == "block" else 1
-        self.last_flops = {"student": float((4 * n["params"] + 2 * n["trainable"]) * block * int(student_tokens)),
-                           "teacher": float(2 * n["teacher"] * int(teacher_tokens)),
-                           "rollout": float(2 * n["params"] * int(rollout_tokens))}
+        self.last_flops = {
+            "student": float((4 * n["params"] + 2 * n["trainable"]) * block * int(student_tokens)),
+            "teacher": float(2 * n["teacher"] * int(teacher_tokens)),
+            "rollout": float(2 * n["params"] * int(rollout_tokens)),
+        }
 
     def batches(self, corpus_path, tokenizer, seq_len: int, micro: int, seed: int):
         """The run's micro-batches when the objective reads its own kind of data, else None (the

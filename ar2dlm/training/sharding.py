@@ -40,8 +40,9 @@ def shard(model, dtype: str, mesh) -> None:
     change, so its embeddings are a unit of their own instead."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if dtype == "bf16" else torch.float32,
-                                  reduce_dtype=torch.float32)
+    policy = MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16 if dtype == "bf16" else torch.float32, reduce_dtype=torch.float32
+    )
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model if hasattr(model, "lm_head") else model.embed_tokens, mesh=mesh, mp_policy=policy)

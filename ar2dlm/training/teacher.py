@@ -9,14 +9,20 @@ import torch
 
 from ..core.models import build_qwen3, resolve_pretrained, save_model
 from ..core.precision import resolve_dtype
-from ..provenance import library_versions, read_jsonl
 from ..data.tokenization import load_pretrained_tokenizer
+from ..provenance import library_versions, read_jsonl
 
 
 def ar_conventions(tokenizer) -> dict:
     """Decoding conventions of a causal LM: every model folder carries them (see models.py)."""
-    return {"attention": "causal", "shift": True, "block_size": None, "mask_token_id": tokenizer.mask_token_id,
-            "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+    return {
+        "attention": "causal",
+        "shift": True,
+        "block_size": None,
+        "mask_token_id": tokenizer.mask_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
 
 
 def pretrain_teacher(model_cfg: dict, tokenizer_dir, corpus_path, out_dir, loss_log, seed: int, preset: str) -> dict:
@@ -30,14 +36,28 @@ def pretrain_teacher(model_cfg: dict, tokenizer_dir, corpus_path, out_dir, loss_
     model = build_qwen3(arch, tok)
     rows = pack_documents(read_jsonl(corpus_path), tok, pre["seq_len"], seed)
     dtype = resolve_dtype(pre["dtype"], "cpu")  # pretraining runs on the CPU
-    summary = pretrain(model, rows, steps=pre["steps"], batch_size=pre["batch_size"], lr=pre["lr"],
-                       warmup_steps=pre["warmup_steps"], weight_decay=pre["weight_decay"], grad_clip=pre["grad_clip"],
-                       dtype=dtype, seed=seed, log_path=loss_log, log_every=pre["log_every"])
+    summary = pretrain(
+        model,
+        rows,
+        steps=pre["steps"],
+        batch_size=pre["batch_size"],
+        lr=pre["lr"],
+        warmup_steps=pre["warmup_steps"],
+        weight_decay=pre["weight_decay"],
+        grad_clip=pre["grad_clip"],
+        dtype=dtype,
+        seed=seed,
+        log_path=loss_log,
+        log_every=pre["log_every"],
+    )
     info = {
         **ar_conventions(tok),
-        "method": "ar_pretrain", "preset": preset, "seed": seed,
+        "method": "ar_pretrain",
+        "preset": preset,
+        "seed": seed,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "arch": model_cfg["arch"], "pretrain": pre,
+        "arch": model_cfg["arch"],
+        "pretrain": pre,
         "data": {"corpus": str(corpus_path), "corpus_tokens": int(rows.numel()), **summary},
         "versions": library_versions(dtype),
     }
@@ -56,9 +76,14 @@ def fetch_teacher(model_cfg: dict, out_dir, seed: int, preset: str) -> dict:
     model = AutoModelForCausalLM.from_pretrained(local, dtype="auto")
     info = {
         **ar_conventions(tok),
-        "method": "pretrained", "preset": preset, "seed": seed,
-        "hub_id": model_cfg["hub_id"], "model_path": model_cfg["model_path"], "revision": model_cfg["revision"],
-        "source_folder": str(Path(local)), "parameters": sum(p.numel() for p in model.parameters()),
+        "method": "pretrained",
+        "preset": preset,
+        "seed": seed,
+        "hub_id": model_cfg["hub_id"],
+        "model_path": model_cfg["model_path"],
+        "revision": model_cfg["revision"],
+        "source_folder": str(Path(local)),
+        "parameters": sum(p.numel() for p in model.parameters()),
         "fetch_seconds": round(time.time() - t0, 1),
         "versions": library_versions(),
     }

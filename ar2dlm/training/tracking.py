@@ -40,8 +40,9 @@ class Tracker:
         if backend == "none":
             return
         if missing_package(backend):
-            raise ImportError(f"tracking.backend {backend!r} needs the {PACKAGES[backend]} package "
-                              f"(pip install {PACKAGES[backend]})")
+            raise ImportError(
+                f"tracking.backend {backend!r} needs the {PACKAGES[backend]} package (pip install {PACKAGES[backend]})"
+            )
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         if backend == "tensorboard":
@@ -51,8 +52,15 @@ class Tracker:
         elif backend == "wandb":
             import wandb
 
-            self._run = wandb.init(project=project, name=name, id=name.replace("/", "-"), dir=str(directory),
-                                   mode="offline", config=config, resume="allow")
+            self._run = wandb.init(
+                project=project,
+                name=name,
+                id=name.replace("/", "-"),
+                dir=str(directory),
+                mode="offline",
+                config=config,
+                resume="allow",
+            )
         else:
             import mlflow
 

@@ -36,9 +36,14 @@ LAUNCH_KEYS = ("activation_checkpointing",)  # training keys that change how a r
 
 
 def run_conventions(run: dict, tokenizer) -> Conventions:
-    return Conventions(attention=run["attention"], shift=run["shift"], mask_token_id=tokenizer.mask_token_id,
-                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                       block_size=run["block_size"])
+    return Conventions(
+        attention=run["attention"],
+        shift=run["shift"],
+        mask_token_id=tokenizer.mask_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        block_size=run["block_size"],
+    )
 
 
 def training_batches(corpus_path, objective, tokenizer, seq_len: int, micro: int, seed: int) -> Batches:
@@ -75,15 +80,19 @@ def micro_batch_size(training: dict, world: int) -> int:
     among the processes."""
     micro = training["batch_size"] // training["grad_accum"]
     if micro * training["grad_accum"] != training["batch_size"] or micro % world:
-        raise ValueError(f"batch_size {training['batch_size']} must split into grad_accum {training['grad_accum']} "
-                         f"micro-batches divisible by {world} processes")
+        raise ValueError(
+            f"batch_size {training['batch_size']} must split into grad_accum {training['grad_accum']} "
+            f"micro-batches divisible by {world} processes"
+        )
     return micro
 
 
 def check_staged(run: dict, init_from) -> None:
     if isinstance(run["init"], dict) != (init_from is not None):
-        raise ValueError(f"run {run['name']} starts from {run['init']}: " + (
-            "give that run's manifest (--init-from)" if init_from is None else "it takes no --init-from"))
+        raise ValueError(
+            f"run {run['name']} starts from {run['init']}: "
+            + ("give that run's manifest (--init-from)" if init_from is None else "it takes no --init-from")
+        )
 
 
 def initial_model(run: dict, teacher_dir, init_from, seed: int):
@@ -124,19 +133,37 @@ def shard_models(model, teacher, dtype: str, pg: ProcessGroup, launch: dict) -> 
         shard(teacher, dtype, mesh)
 
 
-def manifest(run: dict, model_name: str, seed: int, start: int, out_dir: Path, log: StepLog, seconds: float,
-             stopped_at, dtype: str, init_from) -> dict:
+def manifest(
+    run: dict,
+    model_name: str,
+    seed: int,
+    start: int,
+    out_dir: Path,
+    log: StepLog,
+    seconds: float,
+    stopped_at,
+    dtype: str,
+    init_from,
+) -> dict:
     """What ``train.json`` records (rank 0): steps, checkpoints, time, tokens and FLOPs summed from
     the log (one row per step across a killed attempt and its resumption); a staged run adds its
     source run's tokens and FLOPs (``tokens_with_init``, ``flops.with_init``)."""
     rows = log.rows() if log.enabled else None
     flops = {k: sum(r.get(f"flops_{k}", 0.0) for r in rows) for k in FLOP_PARTS} if rows is not None else None
-    info = {"run": run["name"], "model": model_name, "seed": seed, "steps": run["training"]["steps"],
-            "resumed_from": start, "checkpoints": checkpoint_steps(out_dir), "wall_seconds": round(seconds, 1),
-            "train_seconds": None if rows is None else round(sum(r["step_s"] for r in rows), 4),
-            "tokens": None if rows is None else sum(r["tokens"] for r in rows),
-            "flops": None if flops is None else {**flops, "total": sum(flops.values())}, "stopped_at": stopped_at,
-            "versions": library_versions(dtype)}
+    info = {
+        "run": run["name"],
+        "model": model_name,
+        "seed": seed,
+        "steps": run["training"]["steps"],
+        "resumed_from": start,
+        "checkpoints": checkpoint_steps(out_dir),
+        "wall_seconds": round(seconds, 1),
+        "train_seconds": None if rows is None else round(sum(r["step_s"] for r in rows), 4),
+        "tokens": None if rows is None else sum(r["tokens"] for r in rows),
+        "flops": None if flops is None else {**flops, "total": sum(flops.values())},
+        "stopped_at": stopped_at,
+        "versions": library_versions(dtype),
+    }
     if init_from is not None and rows is not None:  # the whole recipe's compute: this stage and those before it
         source = read_json(init_from)
         info["init"] = {"run": source["run"], "manifest": str(init_from), "steps": source["steps"]}
@@ -145,8 +172,19 @@ def manifest(run: dict, model_name: str, seed: int, start: int, out_dir: Path, l
     return info
 
 
-def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset: str, model_name: str,
-              tracking: dict | None = None, launch: dict | None = None, init_from=None) -> dict:
+def train_run(
+    run: dict,
+    teacher_dir,
+    corpus_path,
+    out_dir,
+    *,
+    seed: int,
+    preset: str,
+    model_name: str,
+    tracking: dict | None = None,
+    launch: dict | None = None,
+    init_from=None,
+) -> dict:
     """Train one conversion run into ``out_dir``; a staged run (``init: {run: NAME}``) starts from
     the final checkpoint of ``init_from`` (that run's manifest). ``tracking`` (backend, project,
     directory) also sends each step's log row to an experiment tracker. ``launch`` (the memory
@@ -170,18 +208,43 @@ def train_run(run: dict, teacher_dir, corpus_path, out_dir, *, seed: int, preset
         model, frozen = prepared_student(run, teacher_dir, init_from, seed, objective, teacher, pg.device, launch)
         computed = {**run, "training": {k: v for k, v in tr.items() if k not in LAUNCH_KEYS}}
         settings = {"run": computed, "seed": seed, "teacher": str(teacher_dir)}
-        checkpoints = Checkpoints(out_dir, pg, tr, tok, conv, settings, {
-            "method": run["method"], "run": run["name"], "model": model_name, "preset": preset, "seed": seed,
-            "run_settings": {k: v for k, v in run.items() if k != "name"}, "frozen_parameters": len(frozen),
-            "versions": library_versions(dtype)})
+        checkpoints = Checkpoints(
+            out_dir,
+            pg,
+            tr,
+            tok,
+            conv,
+            settings,
+            {
+                "method": run["method"],
+                "run": run["name"],
+                "model": model_name,
+                "preset": preset,
+                "seed": seed,
+                "run_settings": {k: v for k, v in run.items() if k != "name"},
+                "frozen_parameters": len(frozen),
+                "versions": library_versions(dtype),
+            },
+        )
         checkpoints.prepare()  # settings kept or superseded, corrupt checkpoints set aside
         shard_models(model, teacher, dtype, pg, launch)
         opt = optimizer(model, tr)
         gen = torch.Generator().manual_seed(seed * 1000)  # masks and timesteps: one stream, the same on every process
         start = checkpoints.resume(model, opt, gen)
-        log = StepLog(out_dir / "log.jsonl", start=start, enabled=pg.main, tracker=Tracker(
-            tracking["backend"], tracking.get("directory"), tracking.get("project"),
-            f"{model_name}/{run['name']}/seed{seed}", run) if pg.main else None)
+        log = StepLog(
+            out_dir / "log.jsonl",
+            start=start,
+            enabled=pg.main,
+            tracker=Tracker(
+                tracking["backend"],
+                tracking.get("directory"),
+                tracking.get("project"),
+                f"{model_name}/{run['name']}/seed{seed}",
+                run,
+            )
+            if pg.main
+            else None,
+        )
         loop = Loop(model, teacher, objective, opt, tr, pg, dtype, gen, log, f"run {run['name']} seed {seed}")
         t_run = time.time()
         try:
