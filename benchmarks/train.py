@@ -79,7 +79,7 @@ def gpu_mfu(config, steps: int = 20, peak_tflops: float = 989.0):
         valid, plens = torch.ones_like(ids), torch.zeros(B, dtype=torch.long, device="cuda")
         gen = torch.Generator(device="cuda").manual_seed(0)
         times = []
-        for i in range(steps):
+        for _ in range(steps):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             with torch.autocast("cuda", dtype=torch.bfloat16):

@@ -164,20 +164,20 @@ def test_harness_generates_in_batches_as_it_does_one_by_one(arith_teacher):
 
     root, items = arith_teacher
     prompts = [it["prompt"] for it in items[:6]]
+
+    def run(kind, batch_size, max_gen_toks, task_toks):
+        lm = HarnessLM(str(root / kind), batch_size=batch_size, max_gen_toks=max_gen_toks, device="cpu")
+        reqs = [
+            Instance("generate_until", {}, (p, {"until": ["\n\n"], "max_gen_toks": task_toks}), i)
+            for i, p in enumerate(prompts)
+        ]
+        return lm, lm.generate_until(reqs)
+
     for kind in ("ar", "dlm"):
-
-        def run(batch_size, max_gen_toks, task_toks):
-            lm = HarnessLM(str(root / kind), batch_size=batch_size, max_gen_toks=max_gen_toks, device="cpu")
-            reqs = [
-                Instance("generate_until", {}, (p, {"until": ["\n\n"], "max_gen_toks": task_toks}), i)
-                for i, p in enumerate(prompts)
-            ]
-            return lm, lm.generate_until(reqs)
-
-        lm, batched = run(4, 16, 32768)
+        lm, batched = run(kind, 4, 16, 32768)
         assert lm.generation_length({"max_gen_toks": 32768}) == 16
         assert lm.generation_length({"max_gen_toks": 6}) == (8 if kind == "dlm" else 6)  # dlm: blocks of 4
-        assert batched == run(1, 16, 16)[1]
+        assert batched == run(kind, 1, 16, 16)[1]
         assert any(batched) and all(len(lm.tokenizer(t)["input_ids"]) <= 16 for t in batched)
 
 

@@ -117,7 +117,8 @@ def _attacks(outside: str, victim_pid: int, port: int) -> dict:
     )
     return {
         # forging the verdict
-        "eq_always_true": "    class Any:\n        def __eq__(self, o): return True\n        def __ne__(self, o): return False\n"
+        "eq_always_true": "    class Any:\n        def __eq__(self, o): return True\n"
+        "        def __ne__(self, o): return False\n"
         "    return Any()\n",
         "str_subclass_eq": "    class S(str):\n        def __eq__(self, o): return True\n    return S('no')\n",
         "frame_walk": "    import sys, os\n    f = sys._getframe()\n    while f is not None:\n"
@@ -126,7 +127,8 @@ def _attacks(outside: str, victim_pid: int, port: int) -> dict:
         '    for fd in range(3, 40):\n        try:\n            os.write(fd, b\'{"ready": true}\\n{"ok": 8}\\n\')\n'
         "        except OSError:\n            pass\n    os._exit(0)\n",
         # around the audit hook
-        "patch_realpath": f"    import os, os.path\n    os.path.realpath = lambda p: '/tmp'\n    os.path.normpath = lambda p: '/tmp/x'\n"
+        "patch_realpath": "    import os, os.path\n    os.path.realpath = lambda p: '/tmp'\n"
+        "    os.path.normpath = lambda p: '/tmp/x'\n"
         f"    open({outside + '/written'!r}, 'w').write('x')\n    return x\n",
         "dir_fd": f"    import os\n    d = os.open({outside!r}, os.O_RDONLY)\n    os.unlink('victim.txt', dir_fd=d)\n"
         f"    os.close(os.open('written', os.O_CREAT | os.O_WRONLY, dir_fd=d))\n    return x\n",
@@ -139,9 +141,11 @@ def _attacks(outside: str, victim_pid: int, port: int) -> dict:
         "pidfd_kill": f"    import os, signal\n    for pid in ({victim_pid},):\n        try:\n"
         "            signal.pidfd_send_signal(os.pidfd_open(pid), 9)\n        except Exception:\n            pass\n"
         "        try:\n            os.kill(pid, 9)\n        except Exception:\n            pass\n    return x\n",
-        "socket_out": f"    import socket\n    data = ({exfil}).encode()\n    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):\n"
+        "socket_out": f"    import socket\n    data = ({exfil}).encode()\n"
+        "    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):\n"
         "        try:\n            s = socket.socket(socket.AF_INET, kind)\n"
-        f"            s.connect(('127.0.0.1', {port}))\n            s.send(data)\n        except Exception:\n            pass\n"
+        f"            s.connect(('127.0.0.1', {port}))\n            s.send(data)\n"
+        "        except Exception:\n            pass\n"
         "    return x\n",
         "big_file": "    open('big', 'wb').write(b'x' * (200 * 1024 ** 2))\n    return x * x + 7\n",
         "fork_bomb": "    import _posixsubprocess, os\n    while True:\n        r, w = os.pipe()\n"
@@ -158,7 +162,8 @@ def _attacks(outside: str, victim_pid: int, port: int) -> dict:
         f"    subprocess.run(['touch', '{outside}/written'])\n    return x\n",
         "exit": "    exit(0)\n",
         "os_exit": "    import os\n    os._exit(0)\n",
-        "deep_recursion": "    import sys\n    sys.setrecursionlimit(10 ** 7)\n    def r(n):\n        return r(n + 1) + 1\n    return r(0)\n",
+        "deep_recursion": "    import sys\n    sys.setrecursionlimit(10 ** 7)\n"
+        "    def r(n):\n        return r(n + 1) + 1\n    return r(0)\n",
         "thread_bomb": "    import threading, time\n    for _ in range(100000):\n"
         "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n    return x\n",
     }

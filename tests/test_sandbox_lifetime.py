@@ -17,12 +17,14 @@ BLOCKING = {
     "sleep": "    import time\n    time.sleep(10 ** 6)\n",
     "event_wait": "    import threading\n    threading.Event().wait()\n",
     "select_nothing": "    import select\n    select.select([], [], [])\n",
-    "socket_accept": "    import socket\n    s = socket.socket()\n    s.bind(('127.0.0.1', 0))\n    s.listen()\n    s.accept()\n",
+    "socket_accept": "    import socket\n    s = socket.socket()\n    s.bind(('127.0.0.1', 0))\n"
+    "    s.listen()\n    s.accept()\n",
     "child_sleeps": "    import _posixsubprocess, os\n    r, w = os.pipe()\n"
     "    _posixsubprocess.fork_exec([b'/bin/sleep', b'100000'], [b'/bin/sleep'], True, (), None, None,"
     " -1, -1, -1, -1, -1, -1, r, w, True, False, 0, None, None, None, -1, None, False)\n"
     "    import time\n    time.sleep(10 ** 6)\n",
-    "thread_after_reply": "    import threading, time\n    threading.Thread(target=time.sleep, args=(10 ** 6,)).start()\n"
+    "thread_after_reply": "    import threading, time\n"
+    "    threading.Thread(target=time.sleep, args=(10 ** 6,)).start()\n"
     "    return x * x + 7\n",
 }
 

@@ -20,22 +20,14 @@ from ar2dlm.provenance import write_jsonl
 from ar2dlm.training.teacher import ar_conventions
 from ar2dlm.training.trainer import run_conventions, train_run
 from tests.conftest import REPO
-
-ARCH = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "max_position_embeddings": 256,
-}
+from tests.shared import TINY_ARCH, convert_argv, torchrun
 
 
 @pytest.fixture(scope="module")
 def setup(smoke_tokenizer, tmp_path_factory):
     tok, docs = smoke_tokenizer
     root = tmp_path_factory.mktemp("train")
-    model = build_qwen3(ARCH, tok)
+    model = build_qwen3(TINY_ARCH, tok)
     save_model(model, tok, root / "teacher", {**ar_conventions(tok), "method": "test"})
     write_jsonl(root / "corpus.jsonl", docs)
     return root
@@ -64,7 +56,7 @@ def train(setup, run, out, seed=0):
 
 
 def log(out):
-    return [json.loads(l) for l in (out / "log.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
 
 
 def weights(path):
@@ -273,11 +265,7 @@ def test_two_process_fsdp_trains_and_resumes(setup, tmp_path):
     script.write_text(DDP_SCRIPT)
     run = run_cfg("ra", steps=6, checkpoint_every=3)
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
+        *torchrun(),
         str(script),
         json.dumps(run),
         str(setup),
@@ -300,11 +288,7 @@ def _torchrun(tmp_path, setup, run, out, nproc=2, launch=None):
     script = tmp_path / "train.py"
     script.write_text(DDP_SCRIPT)
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
+        *torchrun(nproc),
         str(script),
         json.dumps(run),
         str(setup),
@@ -385,22 +369,7 @@ def test_a_run_planned_in_segments_stops_with_a_checkpoint_and_its_retry_finishe
     from ar2dlm.training.convert_run import SEGMENT_DONE, main
 
     run = run_cfg("mdlm", steps=8, checkpoint_every=4)
-    args = [
-        "--settings",
-        json.dumps(run),
-        "--teacher",
-        str(setup / "teacher"),
-        "--corpus",
-        str(setup / "corpus.jsonl"),
-        "--out",
-        str(tmp_path / "seg" / "train.json"),
-        "--seed",
-        "0",
-        "--preset",
-        "smoke",
-        "--model",
-        "tiny",
-    ]
+    args = convert_argv(run, setup / "teacher", setup / "corpus.jsonl", tmp_path / "seg" / "train.json")
     from torch.distributed.run import get_args_parser  # the command line passes through torchrun's parser intact
 
     launched = get_args_parser().parse_args(["--nproc_per_node=2", "-m", "ar2dlm.training.convert_run", *args])
@@ -427,11 +396,7 @@ def test_two_process_fsdp_rolls_out_on_policy_and_keeps_frozen_parameters(setup,
     run = run_cfg("opd", steps=3, checkpoint_every=3)
     run["freeze"] = ["embeddings", "mlp"]
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
+        *torchrun(),
         str(script),
         json.dumps(run),
         str(setup),
@@ -554,7 +519,7 @@ def test_flops_are_counted_per_part_and_add_up_in_the_manifest(setup, tmp_path, 
     run = run_cfg(name, steps=2, checkpoint_every=2)
     info = train(setup, run, tmp_path / name)
     rows = log(tmp_path / name)
-    model = build_qwen3(ARCH, setup_tokenizer(setup))
+    model = build_qwen3(TINY_ARCH, setup_tokenizer(setup))
     n = sum(p.numel() for p in model.parameters())
     freeze(model, run["freeze"])
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -59,7 +59,7 @@ def last_checkpoint(work: Path) -> Path | None:
     """The newest complete ``checkpoint-<k>/`` of ``work`` (None: start afresh); newer ones that a
     kill interrupted while saving are removed (they hold nothing a run can resume)."""
     steps = sorted((int(m.group(1)), p) for p in work.iterdir() if (m := _CHECKPOINT.match(p.name)) and p.is_dir())
-    for step, path in reversed(steps):
+    for _step, path in reversed(steps):
         if (path / _STATE).is_file():
             return path
         print(f"removing {path}: interrupted while saving", flush=True)

@@ -29,7 +29,7 @@ def ar_scores(model, pairs, pad_id: int, batch_size: int = 16) -> list[tuple[flo
         chunk = pairs[i : i + batch_size]
         ids, valid = (t.to(model.device) for t in left_pad([p + c for p, c in chunk], pad_id))
         logp = torch.log_softmax(model(input_ids=ids, attention_mask=valid).logits.float(), -1)
-        for r, (p, c) in enumerate(chunk):
+        for r, (_p, c) in enumerate(chunk):
             n = len(c)
             target, pred = ids[r, -n:], logp[r, -n - 1 : -1]
             out.append((float(pred.gather(-1, target[:, None]).sum()), bool((pred.argmax(-1) == target).all())))

@@ -57,8 +57,9 @@ def stdlib_documents(n_files: int, seed: int, max_chars: int = 4000) -> list[dic
 
 def hub_documents(spec: dict, seed: int) -> Iterator[dict]:
     """Stream documents from a ``datasets`` source (a hub data set read from its cached snapshot,
-    or a builder such as ``json`` with local ``data_files``), shuffled with a seeded buffer. Text comes from ``text_field``, or from
-    ``prompt_field`` + ``completion_field`` for SFT-style data (prompt tokens are then never masked)."""
+    or a builder such as ``json`` with local ``data_files``), shuffled with a seeded buffer. Text
+    comes from ``text_field``, or from ``prompt_field`` + ``completion_field`` for SFT-style data
+    (prompt tokens are then never masked)."""
     from ..core.hub import load_hub_dataset
 
     ds = load_hub_dataset(

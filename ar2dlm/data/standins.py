@@ -23,6 +23,7 @@ import importlib.util
 import json
 import random
 import shutil
+from functools import partial
 from pathlib import Path
 
 from .corpus import stdlib_documents
@@ -360,10 +361,14 @@ def write_standin_hub(cache: str | Path, revisions: dict[str, str]) -> list[str]
     repository ids."""
     cache = Path(cache)
     for repo_id, tied in MODELS.items():
-        _in_cache(cache, repo_id, "model", lambda folder: write_standin_model(folder, tied))
+        _in_cache(cache, repo_id, "model", partial(write_standin_model, tied=tied))
     for repo_id, write in DATASETS.items():
         _in_cache(
-            cache, repo_id, "dataset", lambda folder: write(folder, random.Random(repo_id)), revisions.get(repo_id)
+            cache,
+            repo_id,
+            "dataset",
+            lambda folder, write=write, repo_id=repo_id: write(folder, random.Random(repo_id)),
+            revisions.get(repo_id),
         )
     return list(MODELS) + list(DATASETS)
 
@@ -383,7 +388,8 @@ def write_evalplus_release(cache: str | Path, n: int = 12) -> list[Path]:
             {
                 "task_id": f"HumanEval/{i}",
                 "entry_point": f"add_{k}",
-                "prompt": f'def add_{k}(x: int) -> int:\n    """Return x plus {k}.\n    >>> add_{k}(1)\n    {1 + k}\n    """\n',
+                "prompt": f'def add_{k}(x: int) -> int:\n    """Return x plus {k}.\n'
+                f'    >>> add_{k}(1)\n    {1 + k}\n    """\n',
                 "canonical_solution": f"    return x + {k}\n",
                 "contract": "",
                 "atol": 0,

@@ -102,7 +102,7 @@ def task_benchmark(
     def over_prompts(fn):
         tokens, seconds, extra = 0, 0.0, []
         for i in range(0, len(prompts), batch_size):
-            (out, stats), s = _timed(lambda: fn(prompts[i : i + batch_size]))
+            (out, stats), s = _timed(lambda i=i: fn(prompts[i : i + batch_size]))
             tokens += sum(len(o) for o in out)
             seconds += s
             extra.append(stats)
@@ -114,7 +114,7 @@ def task_benchmark(
     rows = []
     for t in thresholds:
         toks, secs, stats = over_prompts(
-            lambda b: generate_dlm(model, conv, b, max_new_tokens, block_size, threshold=t)
+            lambda b, t=t: generate_dlm(model, conv, b, max_new_tokens, block_size, threshold=t)
         )
         rows.append(
             {

@@ -71,8 +71,8 @@ def alignment_loss(
     if not where.any():
         return student_hidden[0].sum() * 0.0
     terms = []
-    for l in layers:
-        s, t = student_hidden[l][where].float(), teacher_hidden[l][where].float()
+    for layer in layers:
+        s, t = student_hidden[layer][where].float(), teacher_hidden[layer][where].float()
         if total is None:
             terms.append((1 - F.cosine_similarity(s, t, dim=-1)).mean() if metric == "cos" else (s - t).pow(2).mean())
         else:

@@ -204,7 +204,7 @@ class Distillation(ComposedObjective):
         return select_documents(docs, document_selection(self.run))
 
     def terms(self, model, teacher, mb, step, generator) -> dict:
-        run, conv, d = self.run, self.conv, self.run["distill"]
+        conv, d = self.conv, self.run["distill"]
         length = rollout_length(d, step, conv.block_size)
         if d["on_policy"]:
             ids, _, plens = mb.local()
@@ -298,15 +298,26 @@ def memory(sz) -> dict[str, float]:
     return out
 
 
+# The fixed cost of one Hugging Face decoder forward on a GPU, per layer: module calls, dispatch and
+# kernel launches, which a single-token decoding forward cannot hide behind its arithmetic. 0.9 ms a
+# layer is 32 ms for Qwen3-8B's 36 layers, the middle of the 25-40 ms an 8B HF forward takes at
+# decoding batch sizes on an H100 (eager attention, no CUDA graphs), against 4.9 ms for reading its
+# weights at 3.35 TB/s. On CPU the dispatch alone measures 0.43 ms a layer plus 1.5 ms a forward
+# (17 ms at 36 layers; benchmarks/forward_overhead.py, which measures the GPU figure too).
+FORWARD_OVERHEAD_MS_PER_LAYER = 0.9
+
+
 def decode_seconds(shape, run: dict, launch, cluster: dict) -> float:
-    """An on-policy step's decoding, which memory bandwidth bounds, not FLOPs: up to one forward
-    per rollout token (a block of ``block_size`` tokens takes at most ``block_size`` steps), each
-    reading the gathered bf16 weights and the KV cache of the rows."""
+    """An on-policy step's decoding, which memory bandwidth and per-forward overhead bound, not
+    FLOPs: up to one forward per rollout token (a block of ``block_size`` tokens takes at most
+    ``block_size`` steps), each reading the gathered bf16 weights and the KV cache of the rows, and
+    each paying the model's fixed cost per forward (``cluster.forward_overhead_ms_per_layer``)."""
     if not run["distill"]["on_policy"]:
         return 0.0
     length = run["training"]["seq_len"]
     kv = shape.kv_cache_bytes(length * launch.rows, 2)
-    return length * (2 * shape.params + kv) / (cluster["gpu_bandwidth_tb_s"] * 1e12)
+    overhead = shape.layers * cluster.get("forward_overhead_ms_per_layer", FORWARD_OVERHEAD_MS_PER_LAYER) / 1e3
+    return length * ((2 * shape.params + kv) / (cluster["gpu_bandwidth_tb_s"] * 1e12) + overhead)
 
 
 TERM = Term(

@@ -52,10 +52,12 @@ def main(argv=None) -> int:
         if p.launch is None:
             print(f"| {p.job} | - | - | - | - | - | - | {parts} | {p.peak_gb:.0f} (does not fit) | - | - |")
             continue
-        l = p.launch
+        launch = p.launch
+        ckpt = "yes" if launch.activation_checkpointing else "no"
+        teacher = "sharded" if launch.shard_teacher else "replicated"
         print(
-            f"| {p.job} | {l.nodes} | {l.gpus} | {l.rows} | {p.accum} | {'yes' if l.activation_checkpointing else 'no'} "
-            f"| {'sharded' if l.shard_teacher else 'replicated'} | {parts} | {p.peak_gb:.1f} | {p.hours:.1f} | {p.segments} |"
+            f"| {p.job} | {launch.nodes} | {launch.gpus} | {launch.rows} | {p.accum} | {ckpt} "
+            f"| {teacher} | {parts} | {p.peak_gb:.1f} | {p.hours:.1f} | {p.segments} |"
         )
     one_gpu = plan_one_gpu_jobs(config)
     print(

@@ -321,7 +321,7 @@ def plan_job(job: str, shape: Shape, run: dict, cluster: dict) -> Plan:
         )
         return (seconds + tr["steps"] * decode_seconds(shape, run, launch, cluster)) / 3600
 
-    in_time = [(l, p) for l, p in fitting if hours(l) <= cluster["runtime_hours"]]
+    in_time = [(candidate, p) for candidate, p in fitting if hours(candidate) <= cluster["runtime_hours"]]
     launch, parts = in_time[0] if in_time else fitting[-1]
     h = hours(launch)
     return Plan(

@@ -63,19 +63,17 @@ def main_table(config: dict) -> pd.DataFrame:
             for (m, run), seeds in _dlm_seeds(config).items():
                 step = resolve_run(config, run)["training"]["steps"]
                 variants = {
-                    "DLM (base)": (lambda s: layout.eval_path(b, m, run, s, step), seeds),
-                    "DLM DPO (direct)": (
-                        lambda s: layout.derived_eval_path(b, m, run, s, layout.dlm_dpo_name(d)),
-                        [s for s in seeds if s in dpo_seeds],
-                    ),
+                    "DLM (base)": [layout.eval_path(b, m, run, s, step) for s in seeds],
+                    "DLM DPO (direct)": [
+                        layout.derived_eval_path(b, m, run, s, layout.dlm_dpo_name(d)) for s in seeds if s in dpo_seeds
+                    ],
                 }
                 for g in a["eval_merges"]:
-                    variants[f"AR-MAP {g} (gamma_hat)"] = (
-                        lambda s, g=g: layout.derived_eval_path(b, m, run, s, layout.armap_name(d, g)),
-                        seeds,
-                    )
-                for label, (path, on) in variants.items():
-                    vals = [read_json(path(s))["metrics"][metric] for s in on]
+                    variants[f"AR-MAP {g} (gamma_hat)"] = [
+                        layout.derived_eval_path(b, m, run, s, layout.armap_name(d, g)) for s in seeds
+                    ]
+                for label, paths in variants.items():
+                    vals = [read_json(path)["metrics"][metric] for path in paths]
                     rows.append(
                         {
                             "domain": d,
@@ -167,7 +165,7 @@ def plot_shadowing(table: pd.DataFrame, title: str, pdf_path, png_path) -> None:
     for module, part in layered.groupby("module"):
         part = part.sort_values("layer")
         ax.plot(part["layer"], part["shadowing_ratio"], marker="o", label=module)
-    for name, part in table[table["layer"].isna()].groupby("module"):
+    for _module, part in table[table["layer"].isna()].groupby("module"):
         ax.axhline(float(part["shadowing_ratio"].iloc[0]), ls=":", lw=1, color="grey")
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_yscale("log")

@@ -33,6 +33,7 @@ from .sharding import exported_weights, load_trainer_state, save_trainer_state
 STATE_FILE = "trainer_state.pt"  # the generators, step and state hashes; written last, with the state/ folder beside it
 STATE_DIR = "state"
 _WRITER = re.compile(r"__(\d+)_\d+\.distcp")  # torch.distributed.checkpoint's file of rank N
+_ONE_PROCESS = ProcessGroup()  # the default group: one process on the CPU (frozen, so safe to share)
 
 
 def checkpoint_steps(out_dir: Path) -> list[int]:
@@ -84,7 +85,7 @@ def _plan(ckpt: Path) -> dict[str, tuple[str, int]] | str:
     return {n: (digest, (ckpt / n).stat().st_size if (ckpt / n).is_file() else 0) for n, digest in recorded.items()}
 
 
-def checkpoint_problem(ckpt: Path, pg: ProcessGroup = ProcessGroup()) -> str | None:
+def checkpoint_problem(ckpt: Path, pg: ProcessGroup = _ONE_PROCESS) -> str | None:
     """Why a resumable checkpoint's files do not match the sha256 recorded when they were written
     (a truncated or altered file), or None. Every process calls it and hashes an even share."""
     plan = from_main(_plan(ckpt) if pg.main else None, pg)
@@ -100,7 +101,7 @@ def checkpoint_problem(ckpt: Path, pg: ProcessGroup = ProcessGroup()) -> str | N
     return None
 
 
-def set_aside_corrupt(out_dir: Path, pg: ProcessGroup = ProcessGroup()) -> list[str]:
+def set_aside_corrupt(out_dir: Path, pg: ProcessGroup = _ONE_PROCESS) -> list[str]:
     """Move resumable checkpoints that fail verification, newest first, to
     ``corrupt/<name>-<time>/`` (never deleted) until one passes: the run resumes from the newest
     intact one. Every process takes part (each hashes a share). Returns what was moved and why."""
