@@ -249,3 +249,24 @@ def test_armap_memory_and_time_count_the_2l_layout_and_the_configured_length():
     longer = {**config, "armap": {**config["armap"], "dpo": {**config["armap"]["dpo"], "max_length": 4096}}}
     gamma = lambda c: next(j for j in plan_one_gpu_jobs(c) if j.job == "gamma_search/qwen3_8b")  # noqa: E731
     assert gamma(longer).peak_gb > gamma(config).peak_gb and gamma(longer).time.hours > 2 * gamma(config).time.hours
+
+
+def test_on_policy_decoding_pays_the_per_forward_overhead():
+    """Each rollout forward costs its bandwidth-bound reads plus the model's fixed cost per layer:
+    at 8B the overhead, not the bandwidth, bounds on-policy decoding (about 5x)."""
+    from ar2dlm.methods.distillation import FORWARD_OVERHEAD_MS_PER_LAYER, decode_seconds
+
+    config = paper()
+    run, shape = resolve_run(config, "opd"), QWEN3_SHAPES["Qwen/Qwen3-8B-Base"]
+    launch = Launch(nodes=1, gpus_per_node=8, rows=8, activation_checkpointing=False, shard_teacher=False)
+    without = decode_seconds(shape, run, launch, {**config["cluster"], "forward_overhead_ms_per_layer": 0.0})
+    with_overhead = decode_seconds(shape, run, launch, config["cluster"])
+    length = run["training"]["seq_len"]
+    overhead = length * shape.layers * config["cluster"]["forward_overhead_ms_per_layer"] / 1e3
+    assert with_overhead == pytest.approx(without + overhead)
+    assert 3 < with_overhead / without < 10
+    default = {k: v for k, v in config["cluster"].items() if k != "forward_overhead_ms_per_layer"}
+    assert decode_seconds(shape, run, launch, default) == pytest.approx(
+        without + length * shape.layers * FORWARD_OVERHEAD_MS_PER_LAYER / 1e3
+    )
+    assert decode_seconds(shape, resolve_run(config, "opd_off"), launch, config["cluster"]) == 0.0
