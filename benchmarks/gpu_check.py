@@ -63,6 +63,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))  # train_memory: the CPU memory measurement and its random Qwen3
+from train_memory import WIDE  # noqa: E402  (the 768-wide CPU shape)
+
 REQUIRED = ("torch", "transformers", "tokenizers", "safetensors", "datasets", "trl", "peft", "yaml", "ar2dlm")
 BUDGET_S = 480  # the whole check on one H200
 
@@ -113,16 +115,6 @@ SIZES = {
     },
 }
 QWEN3_06B = "Qwen/Qwen3-0.6B-Base"
-WIDE = {
-    "hidden": 768,
-    "layers": 4,
-    "heads": 12,
-    "kv_heads": 4,
-    "head_dim": 64,
-    "intermediate": 2048,
-    "vocab": 65536,
-    "tied": False,
-}
 MEMORY_CASES = {  # (device, quick) -> cases: a method's run of the tiny preset at a shape, rows x seq
     ("cuda", False): [("efficient_dlm", QWEN3_06B, 2, 2048), ("repr_align", QWEN3_06B, 2, 2048)],
     ("cuda", True): [("efficient_dlm", QWEN3_06B, 1, 1024), ("repr_align", QWEN3_06B, 1, 1024)],
@@ -351,22 +343,9 @@ def run_settings(ctx: Context, family: str, dtype: str) -> dict:
 
 def convert_argv(ctx: Context, run: dict, out: Path) -> list[str]:
     """``ar2dlm.training.convert_run``'s command line for ``run`` into ``out`` (its train.json)."""
-    return [
-        "--settings",
-        json.dumps(run),
-        "--teacher",
-        str(ctx.need("teacher")),
-        "--corpus",
-        str(ctx.need("corpus")),
-        "--out",
-        str(out / "train.json"),
-        "--seed",
-        "0",
-        "--preset",
-        "gpu_check",
-        "--model",
-        "random_qwen3",
-    ]
+    from tests.shared import convert_argv as argv
+
+    return argv(run, ctx.need("teacher"), ctx.need("corpus"), out / "train.json", "gpu_check", "random_qwen3")
 
 
 def convert(ctx: Context, run: dict, out: Path) -> dict:
@@ -577,16 +556,14 @@ def kill_after_checkpoint(ctx: Context, run: dict, out: Path, step: int) -> int:
 def two_process_stage(ctx: Context) -> None:
     """torchrun, two CPU processes on gloo (FSDP2), against one process on the device; the two-process
     checkpoint resumed by one process on the device."""
+    from tests.shared import torchrun
+
     run = run_settings(ctx, "mdlm", "fp32")
     root = ctx.work / "two_process"
     two, one, cut = root / "two", root / "one", root / "cut"
     threads = str(max(1, (os.cpu_count() or 2) // 2))
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
+        *torchrun(),
         "-m",
         "ar2dlm.training.convert_run",
         *convert_argv(ctx, run, two),

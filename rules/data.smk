@@ -125,7 +125,7 @@ rule token_rows_shard:
     resources:
         **token_rows_resources(),
     script:
-        "../workflow_scripts/make_token_shard.py"
+        "../workflow_scripts/make_token_rows.py"
 
 
 rule token_rows:

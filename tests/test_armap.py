@@ -8,15 +8,7 @@ from ar2dlm.armap.spectra import matrix_stats, streamed_spectra
 from ar2dlm.core.models import CheckpointError, FolderWeights, build_qwen3, load_model, save_model
 from ar2dlm.training.teacher import ar_conventions
 from tests.reference_armap import add_scaled, dare, merged_vector, spectra_table, task_vector, ties, trim
-
-ARCH = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "max_position_embeddings": 256,
-}
+from tests.shared import TINY_ARCH, torchrun
 
 
 def _sd(seed, shape=(16, 24)):
@@ -92,14 +84,14 @@ def models(smoke_tokenizer, tmp_path_factory):
     """An AR teacher, its 'DPO' version (perturbed weights) and a block-attention DLM."""
     tok, _ = smoke_tokenizer
     root = tmp_path_factory.mktemp("armap")
-    ar = build_qwen3(dict(ARCH, init_seed=0), tok)
+    ar = build_qwen3(dict(TINY_ARCH, init_seed=0), tok)
     save_model(ar, tok, root / "ar", {**ar_conventions(tok), "method": "test"})
     torch.manual_seed(1)
     with torch.no_grad():
         for p in ar.parameters():
             p.add_(0.02 * torch.randn_like(p))
     save_model(ar, tok, root / "dpo", {**ar_conventions(tok), "method": "test"})
-    dlm = build_qwen3(dict(ARCH, init_seed=2), tok)
+    dlm = build_qwen3(dict(TINY_ARCH, init_seed=2), tok)
     save_model(
         dlm,
         tok,
@@ -245,7 +237,7 @@ def test_streamed_spectra_equal_the_in_memory_table(models):
 def test_folder_weights_name_missing_and_mismatched_weights(models, smoke_tokenizer, tmp_path):
     with pytest.raises(CheckpointError, match="no model.safetensors"):
         FolderWeights(tmp_path)
-    wide = build_qwen3(dict(ARCH, hidden_size=64, init_seed=0), smoke_tokenizer[0])
+    wide = build_qwen3(dict(TINY_ARCH, hidden_size=64, init_seed=0), smoke_tokenizer[0])
     save_model(wide, smoke_tokenizer[0], tmp_path / "wide", {"method": "test"})
     with pytest.raises(ValueError, match=r"differ in weights: .*\(\d+, 32\) vs \(\d+, 64\)"):
         FolderWeights(models / "ar").check_matches(FolderWeights(tmp_path / "wide"))
@@ -285,7 +277,6 @@ def test_full_dpo_sharded_over_two_processes_learns_like_one(models, tmp_path, k
     import json
     import os
     import subprocess
-    import sys
 
     from ar2dlm.armap.dpo import train_dpo_sharded
     from ar2dlm.provenance import write_jsonl
@@ -306,11 +297,7 @@ def test_full_dpo_sharded_over_two_processes_learns_like_one(models, tmp_path, k
         "eval_elbo_samples": 4,
     }
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
+        *torchrun(),
         "-m",
         "ar2dlm.armap.dpo_run",
         "--model",

@@ -292,6 +292,7 @@ def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_
     from ar2dlm.training.teacher import ar_conventions
     from ar2dlm.training.trainer import train_run
     from tests.conftest import REPO
+    from tests.shared import TINY_ARCH
 
     class FirstMove(Exception):
         pass
@@ -306,15 +307,7 @@ def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_
         raise FirstMove
 
     tok, docs = smoke_tokenizer
-    arch = {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "max_position_embeddings": 256,
-    }
-    save_model(build_qwen3(arch, tok), tok, tmp_path / "teacher", {**ar_conventions(tok), "method": "test"})
+    save_model(build_qwen3(TINY_ARCH, tok), tok, tmp_path / "teacher", {**ar_conventions(tok), "method": "test"})
     write_jsonl(tmp_path / "corpus.jsonl", docs)
     run = resolve_run(merge_preset({"preset": "smoke"}, REPO / "config"), "ra")
     run["training"].update({"batch_size": 8, "grad_accum": 1, "seq_len": 64, "dtype": "auto"})

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, run_snakemake
+from tests.shared import convert_argv
 
 TOY = "ar2dlm_toy_method"
 TOY_MODULE = '''
@@ -164,20 +165,7 @@ def test_a_method_with_a_new_loss_term_from_outside_the_package(toy, tmp_path, s
         sys.executable,
         "-m",
         "ar2dlm.training.convert_run",
-        "--settings",
-        json.dumps(train),
-        "--teacher",
-        str(teacher),
-        "--corpus",
-        str(tmp_path / "corpus.jsonl"),
-        "--out",
-        str(out),
-        "--seed",
-        "0",
-        "--preset",
-        "smoke",
-        "--model",
-        "tiny",
+        *convert_argv(train, teacher, tmp_path / "corpus.jsonl", out),
     ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(toy)]))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)

@@ -37,20 +37,22 @@ def rows_of(folder) -> list:
     return [rows[i] for i in range(len(rows))]
 
 
-def one_job(tok, folder, docs, out, *, packed, budget=None, workers=1, info=INFO):
-    return write_token_rows(
-        lambda: iter(docs),
-        folder,
-        out,
-        settings=SETTINGS,
+def rows_args(tok, folder, docs, *, packed, budget, info=INFO):
+    """What a one-job tokenisation and the merge of shard jobs are both given."""
+    return dict(
+        docs=lambda: iter(docs),
+        tokenizer_dir=folder,
         seq_len=48,
         packed=packed,
         pad_id=tok.pad_token_id,
         info=info,
         budget_tokens=budget,
-        workers=workers,
-        **SMALL,
     )
+
+
+def one_job(tok, folder, docs, out, *, packed, budget=None, workers=1, info=INFO):
+    common = rows_args(tok, folder, docs, packed=packed, budget=budget, info=info)
+    return write_token_rows(out_dir=out, settings=SETTINGS, workers=workers, **SMALL, **common)
 
 
 def sharded(tok, folder, docs, out, shards, *, packed, budget=None, stop=None):
@@ -72,18 +74,8 @@ def sharded(tok, folder, docs, out, shards, *, packed, budget=None, stop=None):
             stop_tokens=stop if stop is not None else shard_stop_tokens(need, shards),
             **SMALL,
         )
-    return merge_shards(
-        dirs,
-        out,
-        docs=lambda: iter(docs),
-        tokenizer_dir=folder,
-        seq_len=48,
-        packed=packed,
-        pad_id=tok.pad_token_id,
-        info=INFO,
-        budget_tokens=budget,
-        chunk_docs=SMALL["chunk_docs"],
-    )
+    common = rows_args(tok, folder, docs, packed=packed, budget=budget)
+    return merge_shards(dirs, out, chunk_docs=SMALL["chunk_docs"], **common)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -234,7 +226,7 @@ def test_a_stream_not_written_out_is_read_from_its_source_once_in_order(corpus, 
     """The paper's stream: its manifest names the source; the rows are tokenised from it up to the
     budget (here a local JSON file through ``datasets``, as the hub would be), packed, and trained
     in order; split over shard jobs, the same rows."""
-    from ar2dlm.data.build import build_token_rows, build_token_shard
+    from ar2dlm.data.build import build_token_rows
     from ar2dlm.provenance import write_json
 
     tok, folder, docs = corpus
@@ -258,7 +250,7 @@ def test_a_stream_not_written_out_is_read_from_its_source_once_in_order(corpus, 
     assert index["ordered"] and index["packed"] and index["rows"] == -(-2000 // 48) and index["tokens"] == 48 * 42
     shards = [tmp_path / f"shard{k}" for k in range(2)]
     for k, d in enumerate(shards):
-        build_token_shard(tmp_path / "manifest.json", folder, "stream", "documents", 48, d, shard=k, shards=2)
+        build_token_rows(tmp_path / "manifest.json", folder, "stream", "documents", 48, d, shard=k, shards=2)
     build_token_rows(
         tmp_path / "manifest.json", folder, "stream", "documents", 48, tmp_path / "merged", shard_dirs=shards
     )

@@ -3,6 +3,10 @@ from ar2dlm.provenance import log_to
 
 log_to(snakemake.log[0])
 w = snakemake.wildcards
+if snakemake.rule == "token_rows_shard":  # one of the parallel jobs: its shard
+    job = {"shard": int(w.shard), "shards": int(w.shards)}
+else:  # the merge of the shards (none: tokenised here)
+    job = {"shard_dirs": list(snakemake.input.shards)}
 print(
     build_token_rows(
         snakemake.input.source,
@@ -12,6 +16,6 @@ print(
         int(w.seq_len),
         snakemake.output[0],
         workers=snakemake.threads,
-        shard_dirs=list(snakemake.input.shards),
+        **job,
     )
 )

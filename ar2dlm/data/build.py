@@ -197,23 +197,11 @@ def rows_source(source_path, tokenizer_dir, source: str, selection: str) -> Rows
     return RowsSource(lambda: select_documents(docs(), selection), budget, info, settings, packs(source, selection))
 
 
-def build_token_shard(
-    source_path,
-    tokenizer_dir,
-    source: str,
-    selection: str,
-    seq_len: int,
-    out_dir,
-    *,
-    shard: int,
-    shards: int,
-    workers: int = 1,
-) -> dict:
-    """Shard ``shard`` of ``shards`` of a token_rows job (``token_rows_shard``), written resumably in
-    ``<out_dir>.partial`` and moved to ``out_dir`` when done."""
+def _write_token_shard(src: RowsSource, tokenizer_dir, seq_len: int, out_dir, shard: int, shards: int, workers: int):
+    """Shard ``shard`` of ``shards`` of a token_rows job, written resumably in ``<out_dir>.partial``
+    and moved to ``out_dir`` when done."""
     from .token_shards import needed_tokens, shard_stop_tokens, write_shard
 
-    src = rows_source(source_path, tokenizer_dir, source, selection)
     work = Path(str(out_dir) + ".partial")
     progress = write_shard(
         src.docs(),
@@ -241,15 +229,22 @@ def build_token_rows(
     out_dir,
     workers: int = 1,
     shard_dirs: list | None = None,
+    *,
+    shard: int | None = None,
+    shards: int | None = None,
 ) -> dict:
     """Tokenise a corpus cut, prompt set or stream into rows of ``seq_len`` tokens (``token_rows``):
     merge the shards ``shard_dirs`` that ``token_rows_shard`` jobs wrote, or, without them,
-    tokenise here with ``workers`` processes (resumably too)."""
+    tokenise here with ``workers`` processes (resumably too). With ``shard``: only shard ``shard``
+    of ``shards``, a ``token_rows_shard`` job's part, written resumably in ``<out_dir>.partial`` and
+    moved to ``out_dir`` when done."""
+    src = rows_source(source_path, tokenizer_dir, source, selection)
+    if shard is not None:
+        return _write_token_shard(src, tokenizer_dir, seq_len, out_dir, shard, shards, workers)
     from transformers import AutoTokenizer
 
     from .token_shards import merge_shards, write_token_rows
 
-    src = rows_source(source_path, tokenizer_dir, source, selection)
     pad = AutoTokenizer.from_pretrained(str(tokenizer_dir)).pad_token_id
     common = dict(
         docs=src.docs,

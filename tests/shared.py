@@ -1,0 +1,40 @@
+"""What several tests (and ``benchmarks/gpu_check.py``) build the same way: the tiny Qwen3 shape of a
+test teacher and torchrun's command line. Plain Python (no pytest), so that a benchmark imports it."""
+
+import json
+import sys
+
+TINY_ARCH = {  # a 2-layer, 32-wide Qwen3: a teacher built in milliseconds
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "max_position_embeddings": 256,
+}
+
+
+def torchrun(nproc: int = 2) -> list[str]:
+    """The command that starts ``nproc`` local processes with torchrun; the script and its arguments follow."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+
+
+def convert_argv(run: dict, teacher, corpus, out, preset: str = "smoke", model: str = "tiny") -> list[str]:
+    """``ar2dlm.training.convert_run``'s command line: ``run`` from ``teacher`` on ``corpus`` into ``out``
+    (its train.json), seed 0."""
+    return [
+        "--settings",
+        json.dumps(run),
+        "--teacher",
+        str(teacher),
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--seed",
+        "0",
+        "--preset",
+        preset,
+        "--model",
+        model,
+    ]
