@@ -172,6 +172,28 @@ def manifest(
     return info
 
 
+def checkpoint_info(run: dict, model_name: str, preset: str, seed: int, frozen: int, dtype: str) -> dict:
+    """What every checkpoint's conventions JSON records of the run that wrote it."""
+    return {
+        "method": run["method"],
+        "run": run["name"],
+        "model": model_name,
+        "preset": preset,
+        "seed": seed,
+        "run_settings": {k: v for k, v in run.items() if k != "name"},
+        "frozen_parameters": frozen,
+        "versions": library_versions(dtype),
+    }
+
+
+def step_log(out_dir: Path, start: int, pg: ProcessGroup, tracking: dict, name: str, run: dict) -> StepLog:
+    """The run's log.jsonl from step ``start`` on, and its tracker, written by the main process."""
+    tracker = None
+    if pg.main:
+        tracker = Tracker(tracking["backend"], tracking.get("directory"), tracking.get("project"), name, run)
+    return StepLog(out_dir / "log.jsonl", start=start, enabled=pg.main, tracker=tracker)
+
+
 def train_run(
     run: dict,
     teacher_dir,
@@ -208,43 +230,14 @@ def train_run(
         model, frozen = prepared_student(run, teacher_dir, init_from, seed, objective, teacher, pg.device, launch)
         computed = {**run, "training": {k: v for k, v in tr.items() if k not in LAUNCH_KEYS}}
         settings = {"run": computed, "seed": seed, "teacher": str(teacher_dir)}
-        checkpoints = Checkpoints(
-            out_dir,
-            pg,
-            tr,
-            tok,
-            conv,
-            settings,
-            {
-                "method": run["method"],
-                "run": run["name"],
-                "model": model_name,
-                "preset": preset,
-                "seed": seed,
-                "run_settings": {k: v for k, v in run.items() if k != "name"},
-                "frozen_parameters": len(frozen),
-                "versions": library_versions(dtype),
-            },
-        )
+        info = checkpoint_info(run, model_name, preset, seed, len(frozen), dtype)
+        checkpoints = Checkpoints(out_dir, pg, tr, tok, conv, settings, info)
         checkpoints.prepare()  # settings kept or superseded, corrupt checkpoints set aside
         shard_models(model, teacher, dtype, pg, launch)
         opt = optimizer(model, tr)
         gen = torch.Generator().manual_seed(seed * 1000)  # masks and timesteps: one stream, the same on every process
         start = checkpoints.resume(model, opt, gen)
-        log = StepLog(
-            out_dir / "log.jsonl",
-            start=start,
-            enabled=pg.main,
-            tracker=Tracker(
-                tracking["backend"],
-                tracking.get("directory"),
-                tracking.get("project"),
-                f"{model_name}/{run['name']}/seed{seed}",
-                run,
-            )
-            if pg.main
-            else None,
-        )
+        log = step_log(out_dir, start, pg, tracking, f"{model_name}/{run['name']}/seed{seed}", run)
         loop = Loop(model, teacher, objective, opt, tr, pg, dtype, gen, log, f"run {run['name']} seed {seed}")
         t_run = time.time()
         try:
