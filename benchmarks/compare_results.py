@@ -4,7 +4,7 @@
 
 Prints every table cell and claim that differs (CSV tables under tables/ and claims.csv); columns
 that hold measured speeds or wall times (tokens/s, seconds) are left out, since they vary from run
-to run on the same machine. Exits 1 when something else differs.
+to run on the same machine, and so is the commit each row was computed at. Exits 1 when something else differs.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 SPEED = ("tokens/s", "tokens_per_s", "seconds", "wall")
+PROVENANCE = ("commit",)  # the checkout that computed a row: differs by design between the two runs
 
 
 def frames(root: Path) -> dict[str, pd.DataFrame]:
@@ -23,13 +24,17 @@ def frames(root: Path) -> dict[str, pd.DataFrame]:
     return {str(f.relative_to(root)): pd.read_csv(f) for f in files}
 
 
+def compared(column: str) -> bool:
+    return column not in PROVENANCE and not any(s in column for s in SPEED)
+
+
 def compare(before: Path, after: Path) -> list[str]:
     a, b = frames(before), frames(after)
     out = [f"{name}: only in {'before' if name in a else 'after'}" for name in sorted(set(a) ^ set(b))]
     for name in sorted(set(a) & set(b)):
         x, y = a[name], b[name]
-        cols = [c for c in x.columns if not any(s in c for s in SPEED)]
-        for c in sorted(set(cols) ^ {c for c in y.columns if not any(s in c for s in SPEED)}):
+        cols = [c for c in x.columns if compared(c)]
+        for c in sorted(set(cols) ^ {c for c in y.columns if compared(c)}):
             out.append(f"{name}: column {c!r} in only one")
         if len(x) != len(y):
             out.append(f"{name}: {len(x)} rows before, {len(y)} after")
