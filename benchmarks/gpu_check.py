@@ -664,22 +664,9 @@ def dpo_step(ctx: Context, check: str, flag: str, source: Path) -> None:
 
     out = ctx.work / "dpo" / check
     cfg = {**DPO_SETTINGS, "max_length": ctx.sizes["dpo_max_length"]}
-    main(
-        [
-            flag,
-            str(source),
-            "--train",
-            str(ctx.work / "prefs_train.jsonl"),
-            "--eval",
-            str(ctx.work / "prefs_eval.jsonl"),
-            "--settings",
-            json.dumps(cfg),
-            "--seed",
-            "0",
-            "--out",
-            str(out),
-        ]
-    )
+    from tests.shared import dpo_argv
+
+    main(dpo_argv((flag, source), ctx.work / "prefs_train.jsonl", ctx.work / "prefs_eval.jsonl", cfg, out))
     check_lora_step(ctx, check, out, final_checkpoint(source) if flag == "--manifest" else source)
     ctx.artifacts[check] = out
 

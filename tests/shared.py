@@ -38,3 +38,25 @@ def convert_argv(run: dict, teacher, corpus, out, preset: str = "smoke", model: 
         "--model",
         model,
     ]
+
+
+def dpo_argv(source: tuple[str, str], train, held_out, settings: dict, out, domain: str = "math") -> list[str]:
+    """``ar2dlm.armap.dpo_run``'s command line: DPO of ``source`` (``("--model", folder)`` or
+    ``("--manifest", train.json)``) on one preference file of ``domain``, seed 0."""
+    flag, path = source
+    return [
+        flag,
+        str(path),
+        "--train",
+        str(train),
+        "--domains",
+        domain,
+        "--eval",
+        str(held_out),
+        "--settings",
+        json.dumps(settings),
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+    ]

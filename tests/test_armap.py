@@ -8,7 +8,7 @@ from ar2dlm.armap.spectra import matrix_stats, streamed_spectra
 from ar2dlm.core.models import CheckpointError, FolderWeights, build_qwen3, load_model, save_model
 from ar2dlm.training.teacher import ar_conventions
 from tests.reference_armap import add_scaled, dare, merged_vector, spectra_table, task_vector, ties, trim
-from tests.shared import TINY_ARCH, torchrun
+from tests.shared import TINY_ARCH, dpo_argv, torchrun
 
 
 def _sd(seed, shape=(16, 24)):
@@ -406,18 +406,7 @@ def _dpo_cli(models, tmp_path, out, cfg, *, launch=None, kill_at=None):
     write_jsonl(tmp_path / "train.jsonl", rows[:12])
     write_jsonl(tmp_path / "eval.jsonl", rows[12:])
     args = [
-        "--model",
-        str(models / "dlm"),
-        "--train",
-        str(tmp_path / "train.jsonl"),
-        "--eval",
-        str(tmp_path / "eval.jsonl"),
-        "--settings",
-        json.dumps(cfg),
-        "--seed",
-        "0",
-        "--out",
-        str(out),
+        *dpo_argv(("--model", models / "dlm"), tmp_path / "train.jsonl", tmp_path / "eval.jsonl", cfg, out),
         "--launch",
         json.dumps(launch or {}),
     ]
