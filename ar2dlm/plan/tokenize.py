@@ -62,6 +62,8 @@ def plan_tokenize(config: dict, source: str, selection: str, seq_len: int) -> To
     tokens = source_tokens(config, source)
     per_job = workers * TOKENS_PER_SECOND * TARGET_HOURS * 3600
     shards = max(1, math.ceil(tokens / per_job))
+    if source == "stream":  # a config may fix the stream's job count (the stand-in runs the paper's sharded path)
+        shards = config["data"]["corpus"].get("stream_shards", shards)
     hours = tokens / (shards * workers * TOKENS_PER_SECOND) / 3600
     return TokenizePlan(source, selection, seq_len, tokens, shards, workers, hours)
 
