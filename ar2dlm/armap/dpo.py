@@ -233,26 +233,30 @@ def train_dpo(
         result = trainer.evaluate()
         after, eval_loss = result["eval_rewards/accuracies"], result["eval_loss"]
         trained = _merged(trainer.model)
-    provenance = {
+    provenance = dpo_provenance(conv, model_dir, domains, seed, cfg, len(train_rows), len(eval_rows), before, after)
+    provenance |= {"eval_loss": eval_loss, "resumed_from_step": checkpoint_step(resume)}
+    provenance |= {"wall_seconds": round(time.time() - t0, 1), "log": trainer.state.log_history}
+    publish(trained, tok, out_dir, provenance)
+    shutil.rmtree(work)  # the run is complete: its checkpoints resume nothing
+    return provenance
+
+
+def dpo_provenance(conv, model_dir, domains, seed, cfg, train_pairs, eval_pairs, before, after) -> dict:
+    """What every DPO result records, one process or sharded: the model, its data and its reward
+    accuracy before and after (the caller adds how it trained)."""
+    return {
         **conv.to_dict(),
         "method": "dlm_dpo" if conv.is_diffusion else "ar_dpo",
         "base_model": str(model_dir),
         "domains": domains,
         "seed": seed,
         "dpo": cfg,
-        "train_pairs": len(train_rows),
-        "eval_pairs": len(eval_rows),
+        "train_pairs": train_pairs,
+        "eval_pairs": eval_pairs,
         "reward_accuracy_before": before,
         "reward_accuracy": after,
-        "eval_loss": eval_loss,
-        "resumed_from_step": checkpoint_step(resume),
-        "wall_seconds": round(time.time() - t0, 1),
-        "log": trainer.state.log_history,
         "versions": library_versions(),
     }
-    publish(trained, tok, out_dir, provenance)
-    shutil.rmtree(work)  # the run is complete: its checkpoints resume nothing
-    return provenance
 
 
 def _train(trainer, cfg: dict, launch: dict, start: float, resume) -> bool:
@@ -360,23 +364,9 @@ def train_dpo_sharded(
     model, tok, conv, _ = load_model(final)
     ref = load_model(model_dir).model.eval()
     before, after = (pair_reward_accuracy(m, ref, tok, conv, eval_rows, cfg, seed) for m in (ref, model))
-    provenance = {
-        **conv.to_dict(),
-        "method": "dlm_dpo" if conv.is_diffusion else "ar_dpo",
-        "base_model": str(model_dir),
-        "domains": domains,
-        "seed": seed,
-        "dpo": cfg,
-        "train_pairs": len(train_rows),
-        "eval_pairs": len(eval_rows),
-        "reward_accuracy_before": before,
-        "reward_accuracy": after,
-        "eval_loss": None,
-        "sharded": {"processes": world, "trainer": info},
-        "wall_seconds": round(time.time() - t0, 1),
-        "log": read_jsonl(work / "log.jsonl"),
-        "versions": library_versions(),
-    }
+    provenance = dpo_provenance(conv, model_dir, domains, seed, cfg, len(train_rows), len(eval_rows), before, after)
+    provenance |= {"eval_loss": None, "sharded": {"processes": world, "trainer": info}}
+    provenance |= {"wall_seconds": round(time.time() - t0, 1), "log": read_jsonl(work / "log.jsonl")}
     save_model(model, tok, out_dir, provenance)
     return provenance
 
