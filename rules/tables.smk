@@ -44,9 +44,11 @@ rule study_figure:
 
 
 rule armap_report:
-    """AR-MAP: main table, merges table, reward accuracy against gamma, spectral shadowing."""
+    """AR-MAP: main table (AR-MAP's reported numbers under it), merges table, reward accuracy against gamma,
+    spectral shadowing."""
     input:
         armap_report_inputs(config),
+        reported=ancient(str(Path(workflow.basedir) / "config" / "reported.yaml")),
     output:
         main=report(layout.armap_table("main", "md"), category="Tables", subcategory="armap"),
         main_csv=layout.armap_table("main", "csv"),

@@ -274,3 +274,29 @@ def test_benchmark_problems_sources(tmp_path, monkeypatch):
     monkeypatch.setattr(evalplus.data, "get_human_eval_plus", offline)
     with pytest.raises(ConfigError, match="give a local copy with source: path"):
         benchmark_problems("hep", {"source": "evalplus", "dataset": "humaneval"}, None, tmp_path)
+
+
+def test_reward_judge_scores_answers_against_the_chosen_ones(arith_teacher, tmp_path):
+    """The reward kind: the model's answers and each item's chosen answer scored by a reward model (a
+    Skywork-Reward-V2-shaped stand-in); a tie is a win (AR-MAP's rule), so an item whose chosen answer is
+    the model's own answer is won, and the scores are the judge's own, whatever the batch."""
+    from ar2dlm.core.models import load_model
+    from ar2dlm.data.standins import write_standin_reward_model
+    from ar2dlm.evaluation.reward import evaluate_reward, reward_scores
+
+    judge = tmp_path / "judge"
+    judge.mkdir()
+    write_standin_reward_model(judge)
+    root, items = arith_teacher
+    model, tok, conv, _ = load_model(root / "ar")
+    items = [{"prompt": it["prompt"], "chosen": "I am not sure."} for it in items[:6]]
+    spec = {"max_new_tokens": 16, "batch_size": 4, "judge": "standin", "judge_batch_size": 3}
+    first = evaluate_reward(model, tok, conv, items, spec, str(judge))
+    assert first["n_tasks"] == 6 and first["judge"] == "standin"
+    answers = [s["answer"] for s in first["samples"]]
+    wins = [s["reward"] >= s["reference_reward"] - 1e-4 for s in first["samples"]]
+    assert first["metrics"]["win_rate"] == sum(wins) / 6
+    alone = reward_scores(str(judge), [it["prompt"] for it in items], answers, batch_size=1)
+    assert alone == pytest.approx([s["reward"] for s in first["samples"]], abs=1e-4)
+    own = [{"prompt": it["prompt"], "chosen": a} for it, a in zip(items, answers)]
+    assert evaluate_reward(model, tok, conv, own, spec, str(judge))["metrics"]["win_rate"] == 1.0

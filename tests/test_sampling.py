@@ -136,6 +136,14 @@ def test_finished_rows_leave_the_batch_without_changing_any_row(model, attention
         else out
     )
     assert out == alone
+    if temperature > 0:  # sampled with one seed per row, each row's tokens are its own whatever the batch
+        seeds = [11, 12, 13, 14]
+        rows = generate_dlm(m, c, prompts, 24, 4, use_cache=attention == "block", temperature=1.0, row_seeds=seeds)
+        each = [
+            generate_dlm(m, c, [p], 24, 4, use_cache=attention == "block", temperature=1.0, row_seeds=[s])[0][0]
+            for p, s in zip(prompts, seeds)
+        ]
+        assert rows[0] == each
     full, full_stats = generate_dlm(
         m, c, prompts, 24, 4, use_cache=attention == "block", temperature=temperature, stop_at_eos=False
     )
@@ -155,3 +163,13 @@ def test_categorical_draws_follow_the_probabilities_and_skip_zeros():
     big = torch.softmax(torch.randn(3, 151936), -1)  # Qwen3's vocabulary
     rows = sample_categorical(big, torch.Generator().manual_seed(1))
     assert rows.shape == (3,) and (rows < 151936).all()
+
+
+def test_per_row_generators_draw_each_row_from_its_own_stream():
+    from ar2dlm.core.sampling import sample_categorical
+
+    probs = torch.softmax(torch.randn(3, 4, 50), -1)
+    gens = lambda: [torch.Generator().manual_seed(s) for s in (5, 6, 7)]  # noqa: E731
+    together = sample_categorical(probs, gens())
+    assert torch.equal(together[1:], sample_categorical(probs[1:], gens()[1:]))  # row 0 dropped: the others keep theirs
+    assert not torch.equal(together, sample_categorical(probs, [torch.Generator().manual_seed(s) for s in (8, 9, 10)]))

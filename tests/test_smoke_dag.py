@@ -168,15 +168,22 @@ def test_tables_figures_and_claims(smoke_run):
     for _, row in claims.iterrows():
         if row["study"] in ("repr_align/metric", "repr_align/freezing", "combined") and low:
             assert row["verdict"].startswith("uninformative (the AR teacher itself scores"), row.to_dict()
+        elif row["id"] == "armap_maths_gamma_lower":  # one difference per DLM (mdlm, combined)
+            assert row["seeds"] == 2 and row["verdict"] == "inconclusive (fewer than 3 seeds)", row.to_dict()
         elif row["study"] == "armap":  # two DLMs (mdlm, combined) x two domains: four differences, a real test
-            assert row["seeds"] == 4 and row["verdict"].split(" (")[0] in ("holds", "does not hold", "inconclusive")
+            assert row["seeds"] == 4 and row["verdict"].split(" (")[0] in (
+                "holds",
+                "does not hold",
+                "inconclusive",
+                "degenerate",
+            ), row.to_dict()
         else:
             assert row["verdict"] in ("inconclusive (fewer than 3 seeds)",) or row["verdict"].startswith(
                 "uninformative"
             ), row.to_dict()
-    assert len(claims) == 13 and pd.notna(claims.loc[claims["study"] == "combined", "effect"]).all()
+    assert len(claims) == 15 and pd.notna(claims.loc[claims["study"] == "combined", "effect"]).all()
     assert (results / "claims_by_step.pdf").stat().st_size > 0
-    shift = claims.set_index("id").loc["no_shift_not_worse", "effect by training step"]
+    shift = claims.set_index("id").loc["no_shift_beats_shift", "effect by training step"]
     assert [int(part.split(":")[0]) for part in shift.split(", ")] == [2, 4]  # every checkpoint of ed and ed_shift
     # provenance: every evaluation records the commit and the settings hashes; tables carry them
     from ar2dlm.pipeline import layout

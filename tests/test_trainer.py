@@ -172,6 +172,19 @@ def test_repr_align_with_lambda_zero_matches_mdlm_and_loads_no_teacher(setup, tm
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+class EndsAtOnce(torch.nn.Module):
+    """A student whose every decoded token is end-of-text."""
+
+    def __init__(self, inner, eos):
+        super().__init__()
+        self.inner, self.eos = inner, eos
+
+    def forward(self, **kw):
+        out = self.inner(**kw)
+        out.logits[..., self.eos] += 100.0
+        return out
+
+
 def test_opd_targets_come_from_the_teacher_on_x0(setup):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -181,12 +194,20 @@ def test_opd_targets_come_from_the_teacher_on_x0(setup):
     teacher = AutoModelForCausalLM.from_pretrained(str(setup / "teacher")).eval()
     conv = run_conventions(run, tok)
     prompts = [tok("def f(x):\n")["input_ids"], tok("Question: What is 2 + 3?\nAnswer:")["input_ids"]]
-    batch = on_policy_state(
-        student, conv, prompts, 8, 0.9, [torch.Generator().manual_seed(i) for i in range(len(prompts))], seed=0
-    )
+    picks = lambda: [torch.Generator().manual_seed(i) for i in range(len(prompts))]  # noqa: E731
+    batch = on_policy_state(student, conv, prompts, 8, 0.9, picks(), row_seeds=[0, 2])
     # the noisy state agrees with x0 wherever it is not masked, and each block keeps some masks
-    keep = ~batch.masked
+    keep = ~batch.masked & (batch.noisy != conv.mask_token_id)
     assert torch.equal(batch.noisy[keep], batch.clean[keep]) and batch.masked.any()
+    # no loss position at or after a rollout's first end-of-text (divelab/OPDLM's rule)
+    for row in range(len(prompts)):
+        response = batch.clean[row, -8:]
+        if (response == conv.eos_token_id).any():
+            first = int((response == conv.eos_token_id).nonzero()[0]) + batch.clean.shape[1] - 8
+            assert not batch.masked[row, first:].any()
+    # a student that ends every rollout at once leaves nothing to distil
+    ends = EndsAtOnce(student, conv.eos_token_id)
+    assert not on_policy_state(ends, conv, prompts, 8, 0.9, picks(), row_seeds=[0, 2]).masked.any()
     targets, _ = teacher_targets(teacher, batch, batch.masked)  # projected at the masked positions only
     assert len(targets) == int(batch.masked.sum())
     for (row, i), target in zip(batch.masked.nonzero().tolist(), targets):

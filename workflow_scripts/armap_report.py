@@ -1,6 +1,8 @@
+import yaml
+
 from ar2dlm.provenance import log_to
 from ar2dlm.reporting.armap import armap_machines, gamma_figure, main_table, merges_table, shadowing_figure
-from ar2dlm.reporting.tables import provenance_footer, write_table
+from ar2dlm.reporting.tables import provenance_footer, reported_rows, write_table
 
 log_to(snakemake.log[0])
 config, out = snakemake.params.config, snakemake.output
@@ -18,6 +20,7 @@ write_table(
     out.main,
     out.main_csv,
     out.main_tex,
+    reported_rows(yaml.safe_load(open(snakemake.input.reported)) or {}, "armap/main", config["preset"]),
     footer=footer,
 )
 write_table(

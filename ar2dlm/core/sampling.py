@@ -112,13 +112,20 @@ class Trajectory:
     forward_tokens: int = 0  # what the decoding's forward passes ran over (DecodeStats.forward_tokens)
 
 
-def sample_categorical(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+def sample_categorical(probs: torch.Tensor, gen: torch.Generator | list[torch.Generator]) -> torch.Tensor:
     """One draw from each row of ``probs`` (last dimension) by inverse CDF: one uniform per row.
     By hand because ``torch.multinomial`` draws one exponential per vocabulary entry (with or
     without replacement): at 64 positions x 151,936 tokens, 170-280 ms per step on a CPU core
-    against ~20 ms here, most of a decoding step of a small model at Qwen3's vocabulary."""
+    against ~20 ms here, most of a decoding step of a small model at Qwen3's vocabulary. ``gen``
+    may be one generator per index of the first dimension (a sequence's draws then depend on its
+    own generator only, not on the batch it decodes in)."""
     cdf = probs.cumsum(-1)
-    u = torch.rand(*probs.shape[:-1], 1, generator=gen, device=probs.device, dtype=cdf.dtype) * cdf[..., -1:]
+    shape, kw = (*probs.shape[:-1], 1), {"device": probs.device, "dtype": cdf.dtype}
+    if isinstance(gen, torch.Generator):
+        u = torch.rand(*shape, generator=gen, **kw)
+    else:
+        u = torch.stack([torch.rand(*shape[1:], generator=g, **kw) for g in gen])
+    u = u * cdf[..., -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
 
 
@@ -164,6 +171,7 @@ def generate_dlm(
     seed: int = 0,
     stop_at_eos: bool = True,
     trajectory: Trajectory | None = None,
+    row_seeds: list[int] | None = None,
 ) -> tuple[list[list[int]], DecodeStats]:
     """Semi-autoregressive confidence decoding of a DLM for a batch of token-id prompts.
 
@@ -174,6 +182,9 @@ def generate_dlm(
     Each row is cut at its first end-of-text; a row whose finished blocks hold one leaves the
     batch (its later blocks would be cut anyway), and decoding stops once every row has one
     (unless ``stop_at_eos`` is False: benchmarks and recorded trajectories decode the full length).
+    Sampling (``temperature`` > 0) draws from one generator seeded with ``seed``, or with
+    ``row_seeds`` from one generator per prompt: each row's tokens then do not depend on the
+    other rows of the batch (a sharded run's rollouts equal one process's).
     """
     check_decode_args(gen_length, block_size, threshold if steps_per_block is None else None, steps_per_block)
     if not conv.is_diffusion:
@@ -184,6 +195,10 @@ def generate_dlm(
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     gen = torch.Generator(device=device).manual_seed(seed)
+    if row_seeds is not None:
+        if len(row_seeds) != len(prompts):
+            raise ValueError(f"{len(row_seeds)} row seeds for {len(prompts)} prompts")
+        gen = [torch.Generator(device=device).manual_seed(s) for s in row_seeds]
     t0 = time.perf_counter()
     stats = DecodeStats(batch_size=len(prompts))
     ids, valid = left_pad(prompts, conv.pad_token_id)
@@ -279,6 +294,8 @@ def generate_dlm(
                 final[live[done]] = ids[done]
                 keep = (~done).nonzero().squeeze(1)
                 live, ids, pos, full_mask = live[keep], ids[keep], pos[keep], full_mask[keep]
+                if isinstance(gen, list):
+                    gen = [gen[i] for i in keep.tolist()]
                 if cache is not None:
                     cache.batch_select_indices(keep)
                     carry = carry[keep]

@@ -37,13 +37,15 @@ def _message_text(value) -> str:
     return str(value)
 
 
-def hub_preferences(spec: dict, split: str, n: int, seed: int, domain: str) -> list[dict]:
+def hub_preferences(spec: dict, split: str, n: int, seed: int, domain: str, skip: int = 0) -> list[dict]:
+    """``n`` pairs of a hub preference set's split, in one seeded shuffle, after its first ``skip``
+    (a set with one split: the held-out pairs are the shuffle's first, the training pairs the next)."""
     from ..core.hub import load_hub_dataset
 
     ds = load_hub_dataset(
         spec["path"], spec.get("name"), data_files=spec.get("data_files"), split=spec[f"{split}_split"], streaming=True
     )
-    ds = ds.shuffle(seed=seed, buffer_size=spec.get("shuffle_buffer", 10_000))
+    ds = ds.shuffle(seed=seed, buffer_size=spec.get("shuffle_buffer", 10_000)).skip(skip)
     rows = []
     for row in ds:
         if len(rows) == n:
@@ -60,7 +62,7 @@ def hub_preferences(spec: dict, split: str, n: int, seed: int, domain: str) -> l
     if len(rows) < n:
         raise ValueError(
             f"data.preferences.n_{split}={n} but {spec['path']} split {spec[f'{split}_split']} "
-            f"holds only {len(rows)} rows"
+            f"holds only {len(rows)} rows" + (f" after the {skip} held out" if skip else "")
         )
     return rows
 
@@ -72,8 +74,10 @@ def build_preferences(data_cfg: dict, domain: str, suite_train, suite_eval, out_
         n = spec.get(f"n_{split}", prefs[f"n_{split}"])
         if spec["source"] == "synthetic":
             rows = make_preferences(domain, read_jsonl(src), n, seed, split)
-        else:
-            rows = hub_preferences(spec, split, n, seed, domain)
+        else:  # one split for both: the training pairs start after the held-out ones (disjoint)
+            one_split = split == "train" and spec["train_split"] == spec["eval_split"]
+            skip = spec.get("n_eval", prefs["n_eval"]) if one_split else 0
+            rows = hub_preferences(spec, split, n, seed, domain, skip=skip)
         write_jsonl(out, rows)
 
 

@@ -35,6 +35,7 @@ MODELS = {  # hub id -> tied embeddings (as the real configs)
     "Qwen/Qwen3-4B-Base": True,
     "Qwen/Qwen3-8B-Base": False,
 }
+REWARD_MODELS = ("Skywork/Skywork-Reward-V2-Qwen3-0.6B",)  # the paper preset's helpfulness judge
 WIDTH = {
     "hidden_size": 64,
     "intermediate_size": 128,
@@ -99,6 +100,19 @@ def write_standin_model(folder: Path, tied: bool, seed: int = 0) -> None:
     )
     torch.manual_seed(seed)
     Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(str(folder))
+
+
+def write_standin_reward_model(folder: Path, seed: int = 0) -> None:
+    """A reward model in Skywork-Reward-V2's form: a Qwen3 sequence classifier with one output and
+    the Qwen3 tokenizer."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForSequenceClassification
+
+    for f in qwen3_tokenizer_dir().iterdir():
+        shutil.copy(f, folder / f.name)
+    config = Qwen3Config(vocab_size=VOCAB_SIZE, num_labels=1, pad_token_id=151643, **WIDTH)  # <|endoftext|>
+    torch.manual_seed(seed)
+    Qwen3ForSequenceClassification(config).save_pretrained(str(folder))
 
 
 def _write_parquet(path: Path, rows: list[dict]) -> str:
@@ -275,6 +289,71 @@ def _gpqa(snap: Path, rng: random.Random) -> None:
     _readme(snap, {"gpqa_diamond": {"train": "gpqa_diamond.csv"}})
 
 
+def _truthy_dpo(snap: Path, rng: random.Random) -> None:
+    rows = []
+    for i in range(60):
+        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        rows.append(
+            {
+                "id": f"t{i:04d}",
+                "source": "standin",
+                "system": "You are an unbiased, honest, helpful AI assistant.",
+                "prompt": f"Is {a} plus {b} equal to {a + b + 1}?",
+                "chosen": f"No. {a} plus {b} is {a + b}.",
+                "rejected": f"Yes, {a} plus {b} is {a + b + 1}.",
+            }
+        )
+    _readme(snap, {"default": _splits(snap, "default", {"train": rows})})
+
+
+def _distilabel_math(snap: Path, rng: random.Random) -> None:
+    rows = []
+    for _ in range(60):
+        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        rows.append(
+            {
+                "metadata": "{}",
+                "instruction": f"What is {a} times {b}?",
+                "chosen_response": f"{a} times {b} is {a * b}.",
+                "chosen_rating": 9.0,
+                "rejected_response": f"{a} times {b} is {a * b + 7}.",
+                "rejected_rating": 3.0,
+            }
+        )
+    _readme(snap, {"default": _splits(snap, "default", {"train": rows})})
+
+
+def _truthful_qa(snap: Path, rng: random.Random) -> None:
+    rows = []
+    for _ in range(20):
+        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        true, false = [f"It is {a + b}.", f"{a + b}."], [f"It is {a + b + 2}.", f"It is {a * b + 1}."]
+        rows.append(
+            {
+                "question": f"What is {a} plus {b}?",
+                "mc1_targets": {"choices": true[:1] + false, "labels": [1, 0, 0]},
+                "mc2_targets": {"choices": true + false, "labels": [1, 1, 0, 0]},
+            }
+        )
+    _readme(snap, {"multiple_choice": _splits(snap, "multiple_choice", {"validation": rows}, "multiple_choice")})
+
+
+def _gsm8k(snap: Path, rng: random.Random) -> None:
+    def rows(n):
+        out = []
+        for _ in range(n):
+            a, b = rng.randint(2, 99), rng.randint(2, 99)
+            out.append(
+                {
+                    "question": f"Ann has {a} apples and buys {b} more. How many?",
+                    "answer": f"{a} + {b} = {a + b}\n#### {a + b}",
+                }
+            )
+        return out
+
+    _readme(snap, {"main": _splits(snap, "main", {"train": rows(20), "test": rows(20)}, "main")})
+
+
 def _retrieval(snap: Path, rng: random.Random) -> None:
     topics = ["protein folding", "gene expression", "vitamin intake", "sleep quality", "heart rate", "cell division"]
     corpus, queries, qrels = [], [], []
@@ -348,6 +427,10 @@ DATASETS = {
     "EleutherAI/hendrycks_math": _math,
     "Maxwell-Jia/AIME_2024": _aime,
     "Idavidrein/gpqa": _gpqa,
+    "jondurbin/truthy-dpo-v0.1": _truthy_dpo,
+    "argilla/distilabel-math-preference-dpo": _distilabel_math,
+    "truthfulqa/truthful_qa": _truthful_qa,
+    "openai/gsm8k": _gsm8k,
     "mteb/scifact": _retrieval,
     "mteb/nfcorpus": _retrieval,
     "mteb/stsbenchmark-sts": _sts,
@@ -362,6 +445,8 @@ def write_standin_hub(cache: str | Path, revisions: dict[str, str]) -> list[str]
     cache = Path(cache)
     for repo_id, tied in MODELS.items():
         _in_cache(cache, repo_id, "model", partial(write_standin_model, tied=tied))
+    for repo_id in REWARD_MODELS:
+        _in_cache(cache, repo_id, "model", write_standin_reward_model)
     for repo_id, write in DATASETS.items():
         _in_cache(
             cache,
@@ -370,7 +455,7 @@ def write_standin_hub(cache: str | Path, revisions: dict[str, str]) -> list[str]
             lambda folder, write=write, repo_id=repo_id: write(folder, random.Random(repo_id)),
             revisions.get(repo_id),
         )
-    return list(MODELS) + list(DATASETS)
+    return list(MODELS) + list(REWARD_MODELS) + list(DATASETS)
 
 
 def write_evalplus_release(cache: str | Path, n: int = 12) -> list[Path]:

@@ -180,9 +180,29 @@ def _likelihood(model_dir, spec, inputs, seed, name):
     return info, {"metrics": metrics, "bound": "ELBO (upper bound on NLL)" if conv.is_diffusion else "exact"}
 
 
+def _reward(model_dir, spec, inputs, seed, name):
+    """Helpfulness: the model's answers to a preference domain's held-out prompts against the
+    domain's chosen answers, judged by a local reward model (``reward.py`` says why)."""
+    from ..core.hub import is_hub_id, local_snapshot
+    from .reward import evaluate_reward
+
+    judge = spec["judge"]  # found before the model loads
+    judge_dir = local_snapshot(judge, "model", spec.get("judge_revision")) if is_hub_id(judge) else judge
+    model, tok, conv, info = _load(model_dir, spec)
+    items = read_jsonl(inputs[preference_data(spec)])
+    items = items[: spec["limit"]] if spec.get("limit") else items
+    return info, evaluate_reward(model, tok, conv, items, spec, judge_dir, seed=seed)
+
+
+def preference_data(spec: dict) -> str:
+    """The data name of a reward benchmark's prompts: its preference domain's held-out split."""
+    return f"preferences:{spec['domain']}"
+
+
 # The data a benchmark reads, the keys of the ``inputs`` its run gets: its problems file (built for
-# this benchmark from its source), or a held-out synthetic suite.
-BENCHMARK_DATA = ("problems", "code", "math")
+# this benchmark from its source), a held-out synthetic suite, or a preference domain's held-out split
+# (``preferences:<domain>``).
+BENCHMARK_DATA = ("problems", "code", "math", "preferences:<domain>")
 
 
 @dataclass(frozen=True)
@@ -213,6 +233,12 @@ BENCHMARK_KINDS = {
     ),
     "likelihood": BenchmarkKind(
         _likelihood, lambda spec: ("code", "math"), ("nll_per_token_code", "nll_per_token_math")
+    ),
+    "reward": BenchmarkKind(
+        _reward,
+        lambda spec: (preference_data(spec),),
+        ("win_rate", "mean_reward"),
+        decoded=True,
     ),
 }
 

@@ -18,12 +18,15 @@ from ..data.corpus import PROMPT_SOURCES, select_documents
 from ..training.sharding import gathered
 from .spec import ComposedObjective, StepOutputs, Term
 
-# divelab/OPDLM's public code: forward KL, threshold 0.9, on-policy.
+# divelab/OPDLM's public code: forward KL, threshold 0.9, on-policy, rollouts sampled at temperature 1
+# (configs/rl_bd3lm.yaml: temperature 1.0, top_p 1.0, top_k 0), the loss on the masked positions before
+# the rollout's first end-of-text.
 DISTILL_DEFAULTS = {
     "on_policy": True,
     "divergence": "forward_kl",
     "top_k": None,
     "threshold": 0.9,
+    "temperature": 1.0,
     "prompts": "all",
     "curriculum": None,
     "rollout_length": None,
@@ -41,6 +44,11 @@ SCHEMA = {
         "divergence": {"enum": ["forward_kl", "reverse_kl", "jsd"]},
         "top_k": {"type": ["integer", "null"], "minimum": 1},
         "threshold": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "temperature": {
+            "type": "number",
+            "minimum": 0,
+            "description": "the on-policy rollouts' sampling temperature (0: greedy)",
+        },
         "prompts": {
             "type": "string",
             "description": "all, code or math (the synthetic corpus), or a key of data.prompt_sets",
@@ -126,13 +134,17 @@ def on_policy_state(
     length: int,
     threshold: float,
     generators: list[torch.Generator],
-    seed: int,
+    row_seeds: list[int],
+    temperature: float = 1.0,
     counts: dict | None = None,
 ) -> NoisedBatch:
-    """Decode with the student's own sampler, then take one partially decoded state per block from
-    the trajectory (uniformly among the steps where that row still had masks, drawn from the row's
-    own generator: ``block_size`` draws per block, one per possible step, so a row's pick does not
-    depend on the other rows). The clean tokens are the trajectory's own final output x0."""
+    """Decode with the student's own sampler (each row sampled from its own seed at
+    ``temperature``), then take one partially decoded state per block from the trajectory
+    (uniformly among the steps where that row still had masks, drawn from the row's own generator:
+    ``block_size`` draws per block, one per possible step, so a row's pick does not depend on the
+    other rows). The clean tokens are the trajectory's own final output x0. The loss positions are
+    the masked ones before the row's first end-of-text, which is excluded as in divelab/OPDLM: past
+    it the teacher would be conditioned on what a stopped rollout never writes."""
     from ..core.sampling import Trajectory, generate_dlm
 
     traj = Trajectory()
@@ -146,7 +158,8 @@ def on_policy_state(
             conv.block_size,
             threshold=threshold,
             use_cache=conv.attention == "block",
-            seed=seed,
+            temperature=temperature,
+            row_seeds=row_seeds,
             stop_at_eos=False,
             trajectory=traj,
         )
@@ -163,9 +176,11 @@ def on_policy_state(
         draw = torch.stack([torch.rand(conv.block_size, generator=g) for g in generators])[:, : stack.shape[1]]
         pick = (draw.to(stack.device) * has_mask).argmax(1)
         noisy[:, start : start + conv.block_size] = stack[torch.arange(len(pick), device=stack.device), pick]
-    masked = noisy == conv.mask_token_id
+    response = traj.valid.bool() & (position_ids(traj.valid) >= traj.prompt_lens.view(-1, 1))
+    ended = (response & (x0 == conv.eos_token_id)).long().cummax(1).values.bool()  # the first end-of-text onwards
+    elig = response & ~ended
+    masked = (noisy == conv.mask_token_id) & elig
     zeros = torch.zeros(x0.shape, dtype=torch.float32, device=x0.device)
-    elig = traj.valid.bool() & (position_ids(traj.valid) >= traj.prompt_lens.view(-1, 1))
     return NoisedBatch(x0, noisy, masked, zeros, elig, traj.valid, traj.prompt_lens, zeros)
 
 
@@ -209,10 +224,20 @@ class Distillation(ComposedObjective):
         if d["on_policy"]:
             ids, _, plens = mb.local()
             prompts = [ids[i, : int(plens[i])].tolist() for i in range(len(ids))]
-            picks = [torch.Generator().manual_seed((self.seed * 1_000_003 + i) * 2 + 1) for i in mb.sample_ids()]
+            # per row, from its run-wide sample index: the tokens it samples (even seeds) and its states (odd)
+            row = [self.seed * 1_000_003 + i for i in mb.sample_ids()]
+            picks = [torch.Generator().manual_seed(r * 2 + 1) for r in row]
             counts = {}
             batch = on_policy_state(
-                model, conv, prompts, length, d["threshold"], picks, seed=self.seed * 1_000_003 + step, counts=counts
+                model,
+                conv,
+                prompts,
+                length,
+                d["threshold"],
+                picks,
+                row_seeds=[r * 2 for r in row],
+                temperature=d["temperature"],
+                counts=counts,
             )
             masked = whole_batch_count(batch.masked, mb.world)
             whole_count = lambda select: whole_batch_count(select(batch), mb.world)  # noqa: E731

@@ -33,6 +33,8 @@ def hub_assets(config: dict) -> list[HubAsset]:
         if spec["kind"] == "harness" and not spec["local"]:
             ds = harness_dataset(spec["task"])
             add("dataset", ds["path"], ds["revision"], f"eval.benchmarks.{b}")
+        if spec["kind"] == "reward":
+            add("model", spec["judge"], spec.get("judge_revision"), f"eval.benchmarks.{b}")
         if spec["kind"] == "embeddings":
             for t in spec["tasks"]:
                 if t not in LOCAL_EMBEDDING_TASKS:

@@ -365,6 +365,11 @@ def check_local_files(config: dict) -> None:
             check_local_file(f"eval.benchmarks.{name}.path", b["path"])
 
 
+def _n_eval(data: dict, domain: str) -> int:
+    """How many held-out pairs a preference domain has (its own n_eval, else data.preferences.n_eval)."""
+    return data["preferences"]["domains"][domain].get("n_eval", data["preferences"]["n_eval"])
+
+
 def check_evals(config: dict) -> None:
     """Every benchmark a study names exists and fits its data and the runs it evaluates."""
     benches, data = config["eval"]["benchmarks"], config["data"]
@@ -375,6 +380,18 @@ def check_evals(config: dict) -> None:
             raise ConfigError(
                 f"{key}.limit",
                 f"{b['limit']} tasks asked, larger than their source data.{suite}.n_eval ({data[suite]['n_eval']})",
+            )
+        if b["kind"] == "reward" and b["domain"] not in data["preferences"]["domains"]:
+            raise ConfigError(
+                f"{key}.domain",
+                f"{b['domain']!r} is not a key of data.preferences.domains "
+                f"({', '.join(data['preferences']['domains'])}): its held-out prompts are the benchmark's",
+            )
+        if b["kind"] == "reward" and b.get("limit") and b["limit"] > _n_eval(data, b["domain"]):
+            raise ConfigError(
+                f"{key}.limit",
+                f"{b['limit']} prompts asked, more than data.preferences holds for {b['domain']} "
+                f"({_n_eval(data, b['domain'])} held out)",
             )
         if b["kind"] == "harness" and b["local"] and b["task"] not in LOCAL_HARNESS_TASKS:
             raise ConfigError(
@@ -506,16 +523,39 @@ def check_claims(config: dict) -> None:
                     "an AR-MAP claim (armap:) reads the gamma searches; "
                     f"{', '.join(STUDY_CLAIM_KEYS)} are a study claim's keys",
                 )
-            if c["armap"]["merge"] not in config["armap"]["merges"]:
-                raise ConfigError(
-                    f"{key}.armap.merge",
-                    f"{c['armap']['merge']!r} is not a key of armap.merges ({', '.join(config['armap']['merges'])})",
-                )
+            check_armap_claim(config, key, c["armap"])
             continue
         if c["study"] not in config["studies"]:
             raise ConfigError(f"{key}.study", f"{c['study']!r} is not a key of studies")
         check_claim_runs(config, key, c)
         check_claim_metric(config, key, c)
+
+
+def check_armap_claim(config: dict, key: str, spec: dict) -> None:
+    """An AR-MAP claim's merge is searched (and, compared with direct DLM DPO, evaluated), and the
+    domains it orders are searched."""
+    a, merge = config["armap"], spec["merge"]
+    if merge not in a["merges"]:
+        raise ConfigError(f"{key}.armap.merge", f"{merge!r} is not a key of armap.merges ({', '.join(a['merges'])})")
+    if spec["measure"] == "merged_vs_direct":
+        if merge not in a["eval_merges"]:
+            raise ConfigError(
+                f"{key}.armap.merge",
+                f"{merge!r} is not evaluated (armap.eval_merges: {', '.join(a['eval_merges'])}); merged_vs_direct "
+                "compares its evaluations with the directly DPO'd DLM's",
+            )
+        if not a.get("dlm_dpo_seeds", a["seeds"]):
+            raise ConfigError("armap.dlm_dpo_seeds", f"empty: {key} compares with the directly DPO'd DLM")
+        if not any(a["evals"].get(d) for d in a["domains"]):
+            raise ConfigError("armap.evals", f"no searched domain has a benchmark: {key} compares their scores")
+    if spec["measure"] == "gamma_order":
+        for side in ("lower", "higher"):
+            if spec[side] not in a["domains"]:
+                raise ConfigError(
+                    f"{key}.armap.{side}", f"{spec[side]!r} is not one of armap.domains ({', '.join(a['domains'])})"
+                )
+        if spec["lower"] == spec["higher"]:
+            raise ConfigError(f"{key}.armap.higher", f"orders {spec['lower']!r} against itself")
 
 
 def check_claim_runs(config: dict, key: str, c: dict) -> None:

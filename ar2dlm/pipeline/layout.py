@@ -89,13 +89,15 @@ def benchmark_problems(benchmark="{benchmark}") -> str:
 
 
 def benchmark_inputs(benchmark: str, reads) -> dict[str, str]:
-    """The files of the data a benchmark reads (its kind's ``reads``): its problems file, or a
-    held-out synthetic suite (``code``, ``math``)."""
+    """The files of the data a benchmark reads (its kind's ``reads``): its problems file, a
+    held-out synthetic suite (``code``, ``math``), or a preference domain's held-out split
+    (``preferences:<domain>``)."""
     paths = {
         "problems": benchmark_problems(benchmark),
         "code": suite_file("code", "eval"),
         "math": suite_file("math", "eval"),
     }
+    paths |= {r: preference_file(r.split(":", 1)[1], "eval") for r in reads if r.startswith("preferences:")}
     unknown = set(reads) - set(paths)
     if unknown:
         raise ValueError(f"benchmark {benchmark} reads {sorted(unknown)}: no such data (known: {', '.join(paths)})")

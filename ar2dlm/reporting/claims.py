@@ -31,14 +31,14 @@ measured effect and per-seed spread, would decide it (exclude 0, or lie below m)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
 from ..pipeline.checks import BEST_OTHER, TEACHER
-from ..pipeline.jobs import armap_dlms, study_members, study_models, study_seeds
+from ..pipeline.jobs import armap_dlms, dlm_dpo_seeds, study_members, study_models, study_seeds
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
 
@@ -77,7 +77,8 @@ class Claim:
     decoding: str = "best"  # or lowest_threshold (benchmarks with one row per decoding setting)
     equal_flops: bool = False
     margin: float | None = None  # None: claims.min_effect on scores in [0, 1], else 0
-    armap: dict | None = None  # {measure: gamma_hat or vs_gamma_one, merge}
+    armap: dict | None = None  # {measure, merge[, lower, higher]}: see ARMAP_MEASURES
+    quote: str | None = None  # the sentence of the paper's summary the claim tests (None: beyond the papers)
 
 
 def declared_claims(config: dict) -> list[Claim]:
@@ -202,9 +203,17 @@ def claim_inputs(config: dict) -> list[str]:
     """The evaluation and AR-MAP files the claims read: every run of each claim's study on the
     claim's benchmark and model at its final step (at every evaluated step where the study
     evaluates all checkpoints; with the runs' manifests for an equal-FLOPs claim), the teacher,
-    and the gamma curves of the merge each AR-MAP claim reads."""
+    the gamma curves of the merge each AR-MAP claim reads, and for merged-vs-direct the
+    evaluations of the merged and the directly DPO'd DLMs."""
     paths = []
     for c in declared_claims(config):
+        if c.armap and c.armap["measure"] == "merged_vs_direct":
+            paths += [
+                layout.derived_eval_path(b, *d, name)
+                for d, pd_, b in _armap_evals(config)
+                for name in (layout.armap_name(pd_, c.armap["merge"]), layout.dlm_dpo_name(pd_))
+            ]
+            continue
         if c.armap:
             paths += [
                 layout.gamma_curve(*d, pd_, c.armap["merge"])
@@ -222,26 +231,76 @@ def claim_inputs(config: dict) -> list[str]:
     return sorted(set(paths))
 
 
-def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str]:
-    """One difference per DLM and preference domain, from the gamma search of the claim's merge."""
+ARMAP_MEASURES = {
+    "gamma_hat": "gamma_hat - 1",
+    "vs_gamma_one": "test reward accuracy at gamma_hat minus at gamma 1",
+    "merged_vs_direct": "the merged DLM (gamma_hat) minus the DLM DPO'd directly, on each domain's benchmarks",
+    "gamma_order": "gamma_hat of the higher domain minus that of the lower domain",
+}
+
+
+def _armap_evals(config: dict) -> list[tuple[tuple, str, str]]:
+    """The (DLM, domain, benchmark) cells a merged-vs-direct claim pairs: the DLMs DPO'd directly
+    (armap.dlm_dpo_seeds) on each searched domain's benchmarks."""
+    seeds = dlm_dpo_seeds(config)
+    return [
+        (d, pd_, b)
+        for d in armap_dlms(config)
+        if d.seed in seeds
+        for pd_ in config["armap"]["domains"]
+        for b in config["armap"]["evals"].get(pd_, [])
+    ]
+
+
+def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[str, float] | None]:
+    """AR-MAP's differences (ARMAP_MEASURES), and for merged-vs-direct the two arms' means (scores in
+    [0, 1]: floors, ceilings and the margin apply; None otherwise)."""
+    measure, merge = c.armap["measure"], c.armap["merge"]
+    if measure == "merged_vs_direct":
+        from .tables import headline_value
+
+        merged, direct = [], []
+        for d, pd_, b in _armap_evals(config):
+            merged.append(
+                headline_value(config, b, read_json(layout.derived_eval_path(b, *d, layout.armap_name(pd_, merge))))
+            )
+            direct.append(
+                headline_value(config, b, read_json(layout.derived_eval_path(b, *d, layout.dlm_dpo_name(pd_))))
+            )
+        bounded = all(_bounded_benchmark(config, b) for _, _, b in _armap_evals(config))
+        mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+        arms = {f"AR-MAP ({merge})": mean(merged), "DLM DPO (direct)": mean(direct)} if bounded else None
+        cells = ", ".join(sorted({f"{pd_}: {b}" for _, pd_, b in _armap_evals(config)}))
+        return [x - y for x, y in zip(merged, direct)], f"{ARMAP_MEASURES[measure]} ({cells})", arms
     diffs = []
     for d in armap_dlms(config):
-        for pd_ in config["armap"]["domains"]:
-            g = read_json(layout.gamma_curve(*d, pd_, c.armap["merge"]))
-            if c.armap["measure"] == "gamma_hat":
+        curves = {
+            pd_: read_json(layout.gamma_curve(*d, pd_, merge))
+            for pd_ in config["armap"]["domains"]
+            if measure != "gamma_order" or pd_ in (c.armap["lower"], c.armap["higher"])
+        }
+        if measure == "gamma_order":
+            diffs.append(curves[c.armap["higher"]]["gamma_hat"] - curves[c.armap["lower"]]["gamma_hat"])
+            continue
+        for g in curves.values():
+            if measure == "gamma_hat":
                 diffs.append(g["gamma_hat"] - 1.0)
             else:
                 test_curve = {p["gamma"]: p["test_reward_accuracy"] for p in g["curve"]}
                 diffs.append(test_curve[g["gamma_hat"]] - test_curve.get(1, test_curve.get(1.0)))
-    measure = (
-        "gamma_hat - 1" if c.armap["measure"] == "gamma_hat" else "test reward accuracy at gamma_hat minus at gamma 1"
-    )
-    return diffs, measure
+    text = ARMAP_MEASURES[measure]
+    if measure == "gamma_order":
+        text = f"gamma_hat of {c.armap['higher']} minus gamma_hat of {c.armap['lower']}"
+    return diffs, f"{text} ({merge})", None
+
+
+def _bounded_benchmark(config: dict, benchmark: str) -> bool:
+    """The benchmark's metrics are scores in [0, 1] (floors, ceilings and the margin apply)."""
+    return config["eval"]["benchmarks"][benchmark]["kind"] not in UNBOUNDED
 
 
 def _bounded(config: dict, c: Claim) -> bool:
-    """The claim's metric is a score in [0, 1] (floors, ceilings and the margin apply)."""
-    return config["eval"]["benchmarks"][c.benchmark]["kind"] not in UNBOUNDED
+    return _bounded_benchmark(config, c.benchmark)
 
 
 def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str, dict[str, float] | None]:
@@ -340,7 +399,7 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
     arms, curve = None, {}  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
     spec = config["studies"][c.study] if c.study else {}
     if c.armap:
-        diffs, measure = _armap_differences(config, c)
+        diffs, measure, arms = _armap_differences(config, c)
     else:
         diffs, measure, arms = _study_differences(config, c, spec)
         curve = effect_by_step(config, c, spec)
@@ -350,7 +409,7 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
     compared = spec.get("runs", []) if c.against == BEST_OTHER else [c.run, c.against]
     if c.equal_flops and (why := unequal_flops(config, c, spec, compared)):
         v = Verdict(why, v.mean, v.sd, v.ci, v.p)
-    if arms is not None and c.against != TEACHER and (low := teacher_below_floor(config, c)):
+    if not c.armap and arms is not None and c.against != TEACHER and (low := teacher_below_floor(config, c)):
         v = Verdict(low, v.mean, v.sd, v.ci, v.p)
     nan = lambda x: None if math.isnan(x) else round(x, 4)  # noqa: E731
     by_step = {k: sum(d) / len(d) for k, d in curve.items()}
@@ -370,8 +429,21 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
         "verdict": v.verdict,
         "seeds to decide": _sizing(v, c.direction, margin),
         "effect by training step": ", ".join(f"{k}: {d:+.3f}" for k, d in by_step.items()) or None,
+        "pass@1 beside": _pass1_beside(config, c, spec),
+        "quote": c.quote,
     }
     return row, curve
+
+
+def _pass1_beside(config: dict, c: Claim, spec: dict) -> str | None:
+    """For a claim read on pass@k (k > 1), the same comparison on pass@1 from the same samples: its
+    mean difference and each arm's mean (None for any other metric)."""
+    if c.armap or "_pass@" not in c.metric or c.metric.endswith("@1"):
+        return None
+    pass1 = replace(c, metric=c.metric.rsplit("@", 1)[0] + "@1")
+    diffs, _, arms = _study_differences(config, pass1, spec)
+    means = ", ".join(f"{r} {m:.3f}" for r, m in (arms or {}).items())
+    return f"{pass1.metric} {sum(diffs) / len(diffs):+.4f}" + (f" ({means})" if means else "")
 
 
 def evaluate_claims(config: dict) -> tuple[pd.DataFrame, dict[str, dict[int, list[float]]]]:
@@ -402,4 +474,8 @@ def claims_markdown(df: pd.DataFrame, preset: str) -> str:
         "gives the mean difference at each step; the verdict is read at the largest budget, the final step.",
         "",
     ]
-    return "\n".join(head + [df.to_markdown(index=False), ""])
+    quotes = ["", "## The sentences tested", ""] + [
+        f"- **{r['id']}** ({r['paper']}): " + (f"“{r['quote']}”" if r["quote"] else "beyond the papers (no sentence)")
+        for _, r in df.iterrows()
+    ]
+    return "\n".join(head + [df.drop(columns=["quote"]).to_markdown(index=False)] + quotes + [""])
