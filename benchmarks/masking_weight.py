@@ -11,7 +11,8 @@ for all three):
 
 - ``1/p``: as the schedule says (unbiased for the schedule);
 - ``p floored at eps``: p' = max(p, eps) both for masking and for the weight, so the loss is still
-  unbiased for the schedule it trains on, and no weight exceeds 1/eps (what uniform masking has);
+  unbiased for the schedule it trains on, and no weight exceeds 1/eps (what uniform masking has): the
+  pipeline's rule (``core.diffusion.masking_probs``; the script checks it draws the same p');
 - ``weight clamped at 1/eps``: the masks as drawn, the weight capped (biased: rare masks count less).
 
 For each: the largest weight drawn, the mean and the standard deviation of the gradient norm, its
@@ -26,8 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ar2dlm.core.conventions import Conventions
 from ar2dlm.core.diffusion import NoisedBatch, eligible_tokens, forward_aligned, masking_probs, selected_nll
@@ -78,7 +83,12 @@ def measure(block_size: int, beta: float, draws: int, eps: float, rows: int, len
     sums = {v: None for v in variants}
     top = {v: 0.0 for v in variants}
     for _ in range(draws):
-        p = masking_probs(valid, prompt_lens, conv, beta, eps, gen)
+        state = gen.get_state()
+        t = masking_probs(valid, prompt_lens, conv, 0.0, eps, gen)  # one t per block
+        u = (torch.arange(length).remainder(block_size).float() + 0.5) / block_size
+        p = t.pow(torch.exp(-beta * (u - 0.5)))  # the schedule unfloored
+        gen.set_state(state)
+        assert torch.equal(masking_probs(valid, prompt_lens, conv, beta, eps, gen), p.clamp(min=eps))  # the pipeline's
         r = torch.rand(clean.shape, generator=gen)
         elig = eligible_tokens(valid, prompt_lens, conv.shift)
         for v in variants:

@@ -181,12 +181,14 @@ def test_benchmark_kinds_name_their_metrics_and_inputs():
     from ar2dlm.pipeline.layout import benchmark_inputs
 
     assert LOCAL_HARNESS_TASKS == ("arith_choice",)
-    spec = {"local": True, "tasks": ["docstring_retrieval"]}
+    spec = {"local": True, "tasks": ["docstring_retrieval"], "domain": "helpful"}
     for name, kind in BENCHMARK_KINDS.items():
         assert kind.metrics, name
-        assert kind.reads(spec) and set(kind.reads(spec)) <= set(BENCHMARK_DATA), name
+        assert kind.reads(spec) and {r.split(":")[0] for r in kind.reads(spec)} <= set(BENCHMARK_DATA), name
         assert all(p.startswith("results/data/") for p in benchmark_inputs(name, kind.reads(spec)).values()), name
-    assert set(benchmark_inputs("b", BENCHMARK_DATA)) == set(BENCHMARK_DATA)  # the layout places every kind of data
+    every = [d if d != "preferences" else "preferences:helpful" for d in BENCHMARK_DATA]
+    assert set(benchmark_inputs("b", every)) == set(every)  # the layout places every kind of data
+    assert benchmark_inputs("b", every)["preferences:helpful"] == "results/data/preferences/helpful/eval.jsonl"
     with pytest.raises(ValueError, match="reads \\['answers'\\]: no such data"):
         benchmark_inputs("b", ("answers",))
 

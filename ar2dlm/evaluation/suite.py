@@ -202,7 +202,7 @@ def preference_data(spec: dict) -> str:
 # The data a benchmark reads, the keys of the ``inputs`` its run gets: its problems file (built for
 # this benchmark from its source), a held-out synthetic suite, or a preference domain's held-out split
 # (``preferences:<domain>``).
-BENCHMARK_DATA = ("problems", "code", "math", "preferences:<domain>")
+BENCHMARK_DATA = ("problems", "code", "math", "preferences")  # the last read as preferences:<domain>
 
 
 @dataclass(frozen=True)

@@ -475,7 +475,8 @@ def claims_markdown(df: pd.DataFrame, preset: str) -> str:
         "",
     ]
     quotes = ["", "## The sentences tested", ""] + [
-        f"- **{r['id']}** ({r['paper']}): " + (f"“{r['quote']}”" if r["quote"] else "beyond the papers (no sentence)")
+        f"- **{r['id']}** ({r['paper']}): "
+        + (f"“{r['quote']}”" if isinstance(r["quote"], str) else "beyond the papers (no sentence)")
         for _, r in df.iterrows()
     ]
     return "\n".join(head + [df.drop(columns=["quote"]).to_markdown(index=False)] + quotes + [""])
