@@ -40,7 +40,7 @@ def test_paper_dry_run_lists_every_model(dry_run):
         "humaneval_plus/qwen3_4b/scratch/seed0/step_10000",  # adaptation: every checkpoint
         "aime24/qwen3_8b/opd/seed0/step_1000",
         "gpqa_diamond/qwen3_4b/ed_bidir/seed0/step_19000",
-        "mteb/qwen3_4b/ed_bidir/seed0/step_19000",
+        "mteb/qwen3_4b/ed/seed0/step_19000",  # Efficient-DLM's own block model
         "code_throughput/qwen3_8b/opd/seed0/step_1000",
     ):
         assert f"results/eval/{ev}.json" in proc.stdout
@@ -51,7 +51,10 @@ def test_paper_dry_run_lists_every_model(dry_run):
         "armap/qwen3_8b/ed/seed0/helpful/ties/gamma.json",
         "armap/qwen3_4b/ed/seed0/math/spectra.csv",
         "models/qwen3_8b/ed/seed0/dlm_dpo/math",
-        "eval/aime24/qwen3_8b/ed/seed0/armap_math_dare.json",
+        "eval/gsm8k/qwen3_8b/ed/seed0/armap_math_dare.json",  # AR-MAP's three domains, each on its benchmark
+        "eval/truthfulqa_mc2/qwen3_8b/ed/seed0/armap_truthful_task_arithmetic.json",
+        "eval/helpfulness/qwen3_8b/ed/seed0/dlm_dpo_helpful.json",
+        "data/preferences/truthful/eval.jsonl",
     ):
         assert f"results/{out}" in proc.stdout, out
 

@@ -46,12 +46,20 @@ def test_paper_assets_are_the_canonical_ids(paper):
         ("dataset", "mteb/nfcorpus"),
         ("dataset", "mteb/stsbenchmark-sts"),
         ("dataset", "mteb/banking77"),
+        # AR-MAP's truthfulness and maths preferences, their benchmarks, and the helpfulness judge
+        ("dataset", "jondurbin/truthy-dpo-v0.1"),
+        ("dataset", "argilla/distilabel-math-preference-dpo"),
+        ("dataset", "truthfulqa/truthful_qa"),
+        ("dataset", "openai/gsm8k"),
+        ("model", "Skywork/Skywork-Reward-V2-Qwen3-0.6B"),
     }
     # the tokenizer is the 0.6B model's repository, listed once for both uses
     assert set(assets["model", "Qwen/Qwen3-0.6B-Base"].used_by) == {"models.qwen3_0_6b", "data.tokenizer"}
     assert assets["dataset", "Idavidrein/gpqa"].gated and not assets["dataset", "Maxwell-Jia/AIME_2024"].gated
     assert len(assets["dataset", "mteb/scifact"].revision) == 40  # mteb pins a commit
     assert [a.repo_id for a in assets_for(list(assets.values()), "eval.benchmarks.aime24")] == ["Maxwell-Jia/AIME_2024"]
+    judge = assets_for(list(assets.values()), "eval.benchmarks.helpfulness")
+    assert [(a.repo_type, a.repo_id) for a in judge] == [("model", "Skywork/Skywork-Reward-V2-Qwen3-0.6B")]
 
 
 def test_a_dag_build_without_the_cache_names_every_missing_asset(tmp_path):
