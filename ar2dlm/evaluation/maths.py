@@ -38,13 +38,13 @@ def extract_answer(text: str) -> str | None:
     return normalize(numbers[-1]) if numbers else None
 
 
-def evaluate_math(model, tokenizer, conv, items: list[dict], cfg: dict, seed: int = 0) -> dict:
-    """Exact match of extracted final answers against ``answer`` on ``items`` ({prompt, answer})."""
+def generate_answers(model, tokenizer, conv, items: list[dict], cfg: dict, seed: int = 0):
+    """The model's responses to each item's ``prompt`` with its own sampler (token ids, decoding stats)."""
     from ..core.sampling import generate
     from ..data.tokenization import encode_pair
 
     prompts = [encode_pair(tokenizer, it["prompt"], "", eos=False)[0] for it in items]
-    outs, stats = generate(
+    return generate(
         model,
         tokenizer,
         conv,
@@ -55,6 +55,12 @@ def evaluate_math(model, tokenizer, conv, items: list[dict], cfg: dict, seed: in
         seed=seed,
         batch_size=cfg["batch_size"],
     )
+
+
+def evaluate_math(model, tokenizer, conv, items: list[dict], cfg: dict, seed: int = 0) -> dict:
+    """Exact match of extracted final answers against ``answer`` on ``items`` ({prompt, answer})."""
+
+    outs, stats = generate_answers(model, tokenizer, conv, items, cfg, seed)
     rows = []
     for it, out in zip(items, outs):
         text = tokenizer.decode(out)

@@ -56,21 +56,9 @@ def reward_scores(
 def evaluate_reward(model, tokenizer, conv, items: list[dict], cfg: dict, judge_dir: str, seed: int = 0) -> dict:
     """Win rate of the model's answers against each item's ``chosen`` answer under the judge, and
     the mean rewards ({prompt, chosen} items: a preference domain's held-out split)."""
-    from ..core.sampling import generate
-    from ..data.tokenization import encode_pair
+    from .maths import generate_answers
 
-    prompts = [encode_pair(tokenizer, it["prompt"], "", eos=False)[0] for it in items]
-    outs, stats = generate(
-        model,
-        tokenizer,
-        conv,
-        prompts,
-        cfg["max_new_tokens"],
-        block_size=cfg.get("block_size"),
-        threshold=cfg.get("threshold"),
-        seed=seed,
-        batch_size=cfg["batch_size"],
-    )
+    outs, stats = generate_answers(model, tokenizer, conv, items, cfg, seed)
     answers = [tokenizer.decode(o, skip_special_tokens=True).strip() for o in outs]
     texts = [it["prompt"] for it in items]
     batch, device = cfg.get("judge_batch_size", 8), next(model.parameters()).device
