@@ -20,8 +20,8 @@ except RuntimeError as exc:
     raise WorkflowError(str(exc)) from None
 
 from ar2dlm.pipeline import layout
-from ar2dlm.pipeline.checks import check_config, emulated_bf16_warning
-from ar2dlm.pipeline.config import ConfigError, benchmark_settings, merge_preset, validate_config
+from ar2dlm.pipeline.checks import checked_config, emulated_bf16_warning
+from ar2dlm.pipeline.config import ConfigError, benchmark_settings
 from ar2dlm.pipeline.jobs import (
     armap_domains,
     armap_jobs,
@@ -47,14 +47,12 @@ from ar2dlm.training.tracking import export as export_tracking
 
 min_version("9.0")
 
-_merged = merge_preset(config, Path(workflow.basedir) / "config")
-config.clear()
-config.update(_merged)
 try:  # the schema takes its method names and loss terms from the registry (and the config's `methods:`)
-    validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
-    check_config(config)
+    _checked = checked_config(config, Path(workflow.basedir) / "config")
 except ConfigError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
+config.clear()
+config.update(_checked)
 if _warning := emulated_bf16_warning(config):
     print(f"Warning: {_warning}", file=sys.stderr)
 PLANS = {}  # conversion launches planned for config["cluster"] (python -m ar2dlm.plan prints them)

@@ -387,12 +387,27 @@ BAD_CONFIGS = [
 
 
 @pytest.mark.parametrize("override,key,words", BAD_CONFIGS, ids=[b[1] + ":" + b[2][:20] for b in BAD_CONFIGS])
-def test_bad_config_fails_naming_the_key(dry_run, override, key, words):
+def test_bad_config_fails_naming_the_key(override, key, words):
+    """The check the Snakefile builds its DAG from, in this process (a snakemake start per case would cost
+    5 s each; the two cases below go through snakemake)."""
+    from ar2dlm.pipeline.checks import checked_config
+    from ar2dlm.pipeline.config import ConfigError
+    from ar2dlm.provenance import deep_merge
+
+    smoke = yaml.safe_load((REPO / "config" / "presets" / "smoke.yaml").read_text())
+    with pytest.raises(ConfigError) as err:
+        checked_config(deep_merge(smoke, override), REPO / "config")
+    assert err.value.key == key and words in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("case", ["schema", "cross-key"])
+def test_a_bad_config_fails_the_dag_build_before_any_job(dry_run, case):
+    named = {"schema": "data.code_suite.n_train", "cross-key": "data.corpus.subset_tokens"}[case]
+    override, key, words = next(b for b in BAD_CONFIGS if b[1] == named)
     proc = dry_run(override)
     out = proc.stderr + proc.stdout
     assert proc.returncode != 0, out
-    assert f"config key '{key}'" in out, out[-2000:]
-    assert words in out, out[-2000:]
+    assert f"invalid config: config key '{key}'" in out and words in out, out[-2000:]
     assert "rule " not in proc.stdout  # failed before any job was planned
 
 

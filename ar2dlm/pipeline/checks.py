@@ -12,7 +12,7 @@ from ..data.code_suite import split_pairings
 from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_EMBEDDING_TASKS, LOCAL_HARNESS_TASKS
 from ..methods.registry import problems, training_data
 from ..training.tracking import missing_package
-from .config import ConfigError, benchmark_settings
+from .config import ConfigError, benchmark_settings, merge_preset, validate_config
 from .jobs import armap_domains, study_models
 from .runs import resolve_run
 
@@ -39,6 +39,15 @@ def installed_names(package: str) -> tuple[str, set[str]]:
 
     compute = lambda: sorted({"lm_eval": _lm_eval_tasks, "mteb": _mteb_tasks}[package]())  # noqa: E731
     return version(package), set(cached_per_version(package, "tasks", "names", compute))
+
+
+def checked_config(config: dict, config_dir: str | Path) -> dict:
+    """``config`` over its preset, validated against the schema and by the cross-key checks: the
+    config the Snakefile builds the DAG from (a ConfigError names the first bad key)."""
+    merged = merge_preset(config, config_dir)
+    validate_config(merged, Path(config_dir) / "schema.yaml")
+    check_config(merged)
+    return merged
 
 
 def check_config(config: dict) -> None:
