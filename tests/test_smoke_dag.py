@@ -244,8 +244,8 @@ def test_decode_benchmark_rule(smoke_run):
 NODE_CPUS = 4
 # What the cluster builds: AR-MAP's main table, the DAG's longest chain (data, teacher, conversions, teacher and
 # DLM DPO, spectra, gamma searches, merges and their evaluations), and OPDLM's main table (on-policy rollouts,
-# harness evaluations, a figure). Every rule kind of all_tables but the other studies' repeats of them, which
-# the local run above covers.
+# harness evaluations). The other studies, figures, summaries and claims repeat these job kinds on the local
+# run above.
 SLURM_TARGETS = ["results/tables/armap/main.csv", "results/tables/opdlm/main.csv"]
 
 
@@ -292,11 +292,13 @@ def _slurm_profile(path, jobs_dir):
     return path
 
 
-def _same_tables(got, want, names):
-    """The tables ``names`` equal to the local run's, less the measured speeds (tokens/s), which depend on the
-    machine's load."""
+def _same_tables(got, want, targets):
+    """Every table the cluster built (the targets and what their rules write beside them) equal to the local
+    run's, less the measured speeds (tokens/s), which depend on the machine's load."""
     import pandas as pd
 
+    names = sorted(p.relative_to(got) for p in (got / "results" / "tables").rglob("*.csv"))
+    assert {Path(t) for t in targets} <= set(names), names
     for name in names:
         a, b = pd.read_csv(got / name), pd.read_csv(want / name)
         speeds = [c for c in b.columns if "tokens/s" in c]
