@@ -240,6 +240,11 @@ BAD_CONFIGS = [
         "does not divide the generation length 12",
     ),
     (
+        {"eval": {"decoding": {"steps_per_block": 9}}},
+        "eval.benchmarks.synthetic_code.steps_per_block",
+        "9 steps exceed the block size 8",
+    ),
+    (
         {"eval": {"benchmarks": {"arithmetic": {"limit": 17}}}},
         "eval.benchmarks.arithmetic.limit",
         "larger than their source",

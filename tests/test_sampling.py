@@ -5,7 +5,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ar2dlm.core.conventions import Conventions
-from ar2dlm.core.sampling import generate_ar, generate_dlm
+from ar2dlm.core.sampling import generate, generate_ar, generate_dlm
 
 EOS, PAD, MASK, V = 1, 2, 3, 48
 
@@ -89,6 +89,17 @@ def test_fixed_steps_per_block(model):
         model, conv(block_size=8), PROMPTS, 16, 8, threshold=None, steps_per_block=2, use_cache=True
     )
     assert stats.tokens_per_step == 4.0  # every block of 8 takes exactly 2 steps
+
+
+def test_an_evaluation_decodes_each_block_in_its_configured_steps(model):
+    """The evaluations' entry point: ``steps_per_block`` in place of the threshold, and the statistics
+    name which one decoded."""
+    bidir = conv("bidirectional")
+    _, fixed = generate(model, Tok, bidir, PROMPTS, 16, block_size=8, threshold=0.9, steps_per_block=1, batch_size=2)
+    assert fixed["steps_per_block"] == 1 and "threshold" not in fixed
+    assert fixed["tokens_per_step"] == 8.0  # a whole block each forward
+    _, by_threshold = generate(model, Tok, bidir, PROMPTS, 16, block_size=8, threshold=1.0, batch_size=2)
+    assert by_threshold["threshold"] == 1.0 and by_threshold["tokens_per_step"] == 1.0
 
 
 def test_bad_decoding_inputs_are_named(model):

@@ -323,6 +323,7 @@ def generate(
     *,
     block_size: int | None = None,
     threshold: float | None = 0.9,
+    steps_per_block: int | None = None,
     temperature: float = 0.0,
     seed: int = 0,
     batch_size: int = 16,
@@ -330,7 +331,9 @@ def generate(
     """Decode with the model's own sampler, read from its conventions: KV-cached AR generation for a
     causal model; block decoding for a DLM (its attention block, exact prefix cache, for block
     attention; ``block_size`` decoding blocks with full recomputation for bidirectional ones, and
-    ignored by block-attention models). Returns the responses (cut at end-of-text) and summed decoding statistics."""
+    ignored by block-attention models), each block unmasked by confidence ``threshold`` or, when
+    ``steps_per_block`` is given, in that many steps. Returns the responses (cut at end-of-text)
+    and summed decoding statistics."""
     t0 = time.perf_counter()
     if not conv.is_diffusion:
         sample = temperature > 0
@@ -367,6 +370,7 @@ def generate(
             max_new_tokens,
             block_size,
             threshold=threshold,
+            steps_per_block=steps_per_block,
             use_cache=conv.attention == "block",
             temperature=temperature,
             seed=seed + i,
@@ -375,4 +379,5 @@ def generate(
         for f in ("nfe", "forward_tokens", "steps", "decoded", "response_tokens"):
             setattr(total, f, getattr(total, f) + getattr(st, f))
     total.seconds = time.perf_counter() - t0
-    return outs, {"decoder": "dlm", "block_size": block_size, "threshold": threshold, **total.as_dict()}
+    how = {"threshold": threshold} if steps_per_block is None else {"steps_per_block": steps_per_block}
+    return outs, {"decoder": "dlm", "block_size": block_size, **how, **total.as_dict()}

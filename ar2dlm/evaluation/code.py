@@ -295,7 +295,7 @@ def evaluate_code(model, tokenizer, conv, tasks: list[dict], cfg: dict, seed: in
     """Sample ``cfg['n_samples']`` completions per task (greedy when 1, else at ``temperature``),
     post-process them, score them against ``tasks`` and return metrics, per-task results and the
     samples. ``cfg``: n_samples, temperature, max_new_tokens, batch_size, format, dataset, style,
-    parallel, and for DLMs threshold and (bidirectional models) block_size."""
+    parallel, and for DLMs threshold (or steps_per_block) and (bidirectional models) block_size."""
     from ..core.sampling import generate
     from ..data.tokenization import encode_pair
 
@@ -310,6 +310,7 @@ def evaluate_code(model, tokenizer, conv, tasks: list[dict], cfg: dict, seed: in
         cfg["max_new_tokens"],
         block_size=cfg.get("block_size"),
         threshold=cfg.get("threshold"),
+        steps_per_block=cfg.get("steps_per_block"),
         temperature=temperature,
         seed=seed,
         batch_size=cfg["batch_size"],

@@ -35,6 +35,7 @@ class HarnessLM(LM):
         batch_size: int | str = 16,
         elbo_samples: int = 32,
         threshold: float = 0.9,
+        steps_per_block: int | None = None,
         block_size: int | None = None,
         max_gen_toks: int = MAX_GEN_TOKS,
         seed: int = 0,
@@ -49,6 +50,7 @@ class HarnessLM(LM):
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16
         self.elbo_samples, self.threshold, self.seed = int(elbo_samples), float(threshold), int(seed)
         self.block_size = int(block_size) if block_size not in (None, "None") else None
+        self.steps_per_block = int(steps_per_block) if steps_per_block not in (None, "None") else None
         self.max_gen_toks = int(max_gen_toks)
         self.path = pretrained
 
@@ -130,6 +132,7 @@ class HarnessLM(LM):
                 n,
                 block_size=self.block_size,
                 threshold=self.threshold,
+                steps_per_block=self.steps_per_block,
                 temperature=temperature,
                 seed=self.seed,
                 batch_size=self.batch_size,

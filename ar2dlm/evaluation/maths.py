@@ -52,6 +52,7 @@ def generate_answers(model, tokenizer, conv, items: list[dict], cfg: dict, seed:
         cfg["max_new_tokens"],
         block_size=cfg.get("block_size"),
         threshold=cfg.get("threshold"),
+        steps_per_block=cfg.get("steps_per_block"),
         seed=seed,
         batch_size=cfg["batch_size"],
     )

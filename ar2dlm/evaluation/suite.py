@@ -97,7 +97,13 @@ def _throughput(model_dir, spec, inputs, seed, name):
     rows = []
     for threshold, block in grid:
         res = evaluate_code(
-            model, tok, conv, tasks, {**spec, "threshold": threshold, "block_size": block, "n_samples": 1}, seed=seed
+            model,
+            tok,
+            conv,
+            tasks,
+            # the sweep is over thresholds: a fixed number of steps per block would override them
+            {**spec, "threshold": threshold, "steps_per_block": None, "block_size": block, "n_samples": 1},
+            seed=seed,
         )
         rows.append({"threshold": threshold, "block_size": block, **res["metrics"], **res["decoding"]})
     return info, {"metrics": {}, "n_tasks": len(tasks), "rows": rows}
@@ -122,6 +128,7 @@ def _harness(model_dir, spec, inputs, seed, name):
         batch_size=spec["batch_size"],
         elbo_samples=spec["elbo_samples"],
         threshold=spec["threshold"],
+        steps_per_block=spec.get("steps_per_block"),
         block_size=spec.get("block_size"),
         seed=seed,
         dtype=_dtype(spec),

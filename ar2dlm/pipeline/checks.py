@@ -449,6 +449,12 @@ def check_evals(config: dict) -> None:
                         f"block size {bs} (studies.{study}) does "
                         f"not divide the generation length {b['max_new_tokens']}",
                     )
+                if b["kind"] != "throughput" and (b.get("steps_per_block") or 0) > bs:
+                    raise ConfigError(
+                        f"eval.benchmarks.{e}.steps_per_block",
+                        f"{b['steps_per_block']} steps exceed the block size {bs} (studies.{study}): "
+                        "each step unmasks at least one position",
+                    )
 
 
 def check_armap(config: dict) -> None:
