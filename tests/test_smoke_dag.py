@@ -236,7 +236,9 @@ def test_decode_benchmark_rule(smoke_run):
     assert {r["threshold"] for r in bench["tasks"]["dlm"]} == {0.5, 1.0}
     train = json.loads((smoke_run / "results" / "bench" / "train.json").read_text())
     assert set(train["runs"]) == {"mdlm", "ra", "ra_freeze"} and train["freeze_speedup"] > 0
-    assert len(train["wall_seconds"]) == 24 and "no CUDA" in train["gpu"]
+    models = smoke_run / "results" / "models"
+    runs = {str(m.parent.relative_to(models)) for m in models.glob("*/*/seed*/train.json")}
+    assert len(runs) > 20 and set(train["wall_seconds"]) == runs and "no CUDA" in train["gpu"]
 
 
 # CPUs the local node advertises on this machine's 2 cores: one-CPU jobs run two to a core, so that one's
