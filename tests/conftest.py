@@ -1,6 +1,8 @@
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,14 +12,28 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
-def run_snakemake(args, workdir, timeout=600, hub_cache=None, **env):
-    """Run snakemake on this repo's Snakefile with ``workdir`` as working directory (and the hub
-    cache folder ``hub_cache``, e.g. the stand-in hub)."""
-    cmd = SNAKEMAKE + ["-s", str(REPO / "Snakefile"), "-d", str(workdir)] + list(args)
+def snakemake_command(args, workdir) -> list[str]:
+    return SNAKEMAKE + ["-s", str(REPO / "Snakefile"), "-d", str(workdir)] + list(args)
+
+
+def snakemake_env(hub_cache=None, **env) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", **env)
     if hub_cache is not None:
         env["HF_HUB_CACHE"] = str(hub_cache)
-    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+    return env
+
+
+def run_snakemake(args, workdir, timeout=600, hub_cache=None, **env):
+    """Run snakemake on this repo's Snakefile with ``workdir`` as working directory (and the hub
+    cache folder ``hub_cache``, e.g. the stand-in hub)."""
+    return subprocess.run(
+        snakemake_command(args, workdir),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=snakemake_env(hub_cache, **env),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +87,56 @@ def offline_hub(monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+class BackgroundDag:
+    """A snakemake run started in the background: ``wait`` returns its working directory once it ends."""
+
+    def __init__(self, proc: subprocess.Popen, workdir: Path, log: Path):
+        self.proc, self.workdir, self.log, self.started = proc, workdir, log, time.time()
+
+    def wait(self, timeout: float) -> Path:
+        try:
+            self.proc.wait(timeout=max(1.0, self.started + timeout - time.time()))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            pytest.fail(f"still running {timeout:.0f} s after it started: {self.log.read_text()[-3000:]}")
+        assert self.proc.returncode == 0, self.log.read_text()[-6000:]
+        return self.workdir
+
+    def stop(self):
+        if self.proc.poll() is None:  # snakemake and every job it started (their own process group)
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def standin_dag(request, tmp_path_factory):
+    """The paper_standin DAG (all_tables on the stand-in hub), started when a session that selects a
+    paper_dag test begins, so that it runs beside the other tests instead of after them. It runs at the
+    lowest CPU priority: it takes the cores the other tests leave idle (the second core beside a
+    single-threaded test, the SLURM test's waits on its queue) and barely slows them, so no test's timeout
+    changes meaning. The paper_dag tests wait for it; it is stopped at the session's end if still running."""
+    if not any(item.get_closest_marker("paper_dag") for item in request.session.items):
+        yield None
+        return
+    from ar2dlm.data.standins import write_evalplus_release
+    from ar2dlm.pipeline.layout import evalplus_cache
+
+    hub = request.getfixturevalue("standin_hub")
+    work = tmp_path_factory.mktemp("standin")
+    write_evalplus_release(work / evalplus_cache())  # evalplus's download folder of this working directory
+    args = ["all_tables", "--configfile", str(REPO / "config" / "presets" / "paper_standin.yaml"), "--cores", "2"]
+    log = work / "all_tables.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            ["nice", "-n", "19", *snakemake_command(args, work)],
+            cwd=work,
+            env=snakemake_env(hub),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    run = BackgroundDag(proc, work, log)
+    yield run
+    run.stop()
