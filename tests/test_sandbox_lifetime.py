@@ -36,6 +36,14 @@ def _is_guard(p: psutil.Process) -> bool:
         return False
 
 
+def _lives(p: psutil.Process) -> bool:
+    """Whether ``p`` runs and is not a zombie; a process may exit between the two reads."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 class Watch:
     """Every process that descends from ``root`` while the watch runs (polled every 5 ms), the
     evaluator's guard aside."""
@@ -63,11 +71,21 @@ class Watch:
         self.stop = True
         self.thread.join()
 
+    def running(self, name: str) -> int:
+        """How many seen processes called ``name`` still run; one may exit while it is read."""
+        count = 0
+        for p in list(self.seen.values()):
+            try:
+                count += p.is_running() and p.name() == name
+            except psutil.Error:
+                pass
+        return count
+
     def alive(self) -> list[str]:
         out = []
         for p in self.seen.values():
             try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                if _lives(p):
                     out.append(f"{p.pid} {p.username()} {' '.join(p.cmdline())[:80]}")
             except psutil.Error:
                 pass
@@ -112,7 +130,7 @@ def test_no_sandbox_outlives_an_evaluator_killed_mid_scoring(toy, fmt):
     evaluator = subprocess.Popen([sys.executable, "-c", EVALUATOR, str(toy), fmt])
     with Watch(evaluator.pid) as watch:
         deadline = time.monotonic() + 60
-        while sum(p.name() == "bwrap" for p in list(watch.seen.values()) if p.is_running()) < 4:
+        while watch.running("bwrap") < 4:
             assert time.monotonic() < deadline and evaluator.poll() is None, "no two sandboxes started"
             time.sleep(0.05)
         time.sleep(0.5)  # the programs are asleep
@@ -121,4 +139,4 @@ def test_no_sandbox_outlives_an_evaluator_killed_mid_scoring(toy, fmt):
     evaluator.wait()
     time.sleep(5)
     assert watch.alive() == [], f"left after the evaluator's SIGKILL: {watch.alive()}"
-    assert len(guard) == 1 and not (guard[0].is_running() and guard[0].status() != psutil.STATUS_ZOMBIE)
+    assert len(guard) == 1 and not _lives(guard[0])
