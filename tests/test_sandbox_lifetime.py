@@ -84,8 +84,8 @@ class Watch:
     def alive(self) -> list[str]:
         out = []
         for p in self.seen.values():
-            try:
-                if _lives(p):
+            try:  # the guard is read again: a poll between its fork and its exec saw pytest's command line
+                if _lives(p) and not _is_guard(p):
                     out.append(f"{p.pid} {p.username()} {' '.join(p.cmdline())[:80]}")
             except psutil.Error:
                 pass
@@ -112,7 +112,9 @@ def test_a_blocked_program_leaves_no_process_once_scored(toy, kind):
             left = watch.alive()  # read before the watch stops: scoring has returned
         blocked, honest = scored["per_task"]["Toy/0"]
         assert honest["base"] and blocked["base"] == (kind == "thread_after_reply"), (kind, fmt)
-        assert len(watch.seen) >= 4, f"the watch saw only {len(watch.seen)} processes"  # two sandboxes' layers
+        # the blocked sandbox's layers (outer bwrap, the namespace's bwrap, the program); the honest
+        # sandbox's may come and go between two polls on a loaded machine
+        assert len(watch.seen) >= 3, f"the watch saw only {len(watch.seen)} processes"
         assert left == [], f"{kind} on the {fmt} route left {left}"
 
 
