@@ -188,7 +188,7 @@ def arena(tmp_path_factory):
     (outside / "victim.txt").write_text("keep me")
     problems = outside.parent / "toy.jsonl"
     write_jsonl(problems, [TOY])
-    victim = subprocess.Popen(["sleep", "600"])
+    victim = subprocess.Popen(["sleep", "infinity"])
     listener = Listener()
     yield outside, problems, victim, listener
     listener.close()
