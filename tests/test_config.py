@@ -458,7 +458,7 @@ def test_runs_compose_method_defaults_with_their_own_keys():
     assert combo["training"]["steps"] == resolve_run(cfg, "opd")["training"]["steps"]
     full = merge_preset({"preset": "tiny_full"}, REPO / "config")
     long = resolve_run(full, "ed_long")  # a run's own training keys over the preset's, the others kept
-    assert long["training"]["steps"] == 950 and long["training"]["checkpoint_every"] == 190
+    assert long["training"]["steps"] == 1900 and long["training"]["checkpoint_every"] == 380
     assert long["training"]["batch_size"] == full["training"]["batch_size"]
     assert long["masking"] == "positional" and long["block_size"] == 8 and long["data"] == "stream"
 
