@@ -83,7 +83,7 @@ class Watch:
 
     def alive(self) -> list[str]:
         out = []
-        for p in self.seen.values():
+        for p in list(self.seen.values()):  # the watch may still be adding to it
             try:  # the guard is read again: a poll between its fork and its exec saw pytest's command line
                 if _lives(p) and not _is_guard(p):
                     out.append(f"{p.pid} {p.username()} {' '.join(p.cmdline())[:80]}")
