@@ -16,7 +16,7 @@ SMOKE = str(REPO / "config" / "presets" / "smoke.yaml")
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("smoke")
-    # the timeouts here are hang guards: the smoke DAG takes 646 s on 2 Zen 4 cores; an AVX2 CPU is up to 2x slower
+    # the timeouts here are hang guards: the smoke DAG takes 646-786 s on 2 cores here; an AVX2 CPU is up to 2x slower
     proc = run_snakemake(["all_tables", "--configfile", SMOKE, "--cores", "2"], workdir, timeout=2400)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return workdir
