@@ -36,6 +36,13 @@ def _is_guard(p: psutil.Process) -> bool:
         return False
 
 
+def _named(p: psutil.Process, name: str) -> bool:
+    try:
+        return p.name() == name
+    except psutil.Error:  # it exited while read
+        return False
+
+
 def _lives(p: psutil.Process) -> bool:
     """Whether ``p`` runs and is not a zombie; a process may exit between the two reads."""
     try:
@@ -72,14 +79,8 @@ class Watch:
         self.thread.join()
 
     def running(self, name: str) -> int:
-        """How many seen processes called ``name`` still run; one may exit while it is read."""
-        count = 0
-        for p in list(self.seen.values()):
-            try:
-                count += p.is_running() and p.name() == name
-            except psutil.Error:
-                pass
-        return count
+        """How many seen processes called ``name`` still run."""
+        return sum(_lives(p) and _named(p, name) for p in list(self.seen.values()))
 
     def alive(self) -> list[str]:
         out = []

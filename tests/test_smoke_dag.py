@@ -11,13 +11,14 @@ import yaml
 from tests.conftest import REPO, SNAKEMAKE, run_snakemake
 
 SMOKE = str(REPO / "config" / "presets" / "smoke.yaml")
+# a hang guard, not a time limit: the smoke DAG takes 646-786 s on 2 cores here; an AVX2 CPU is up to 2x slower
+HANG_GUARD_S = 2400
 
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("smoke")
-    # the timeouts here are hang guards: the smoke DAG takes 646-786 s on 2 cores here; an AVX2 CPU is up to 2x slower
-    proc = run_snakemake(["all_tables", "--configfile", SMOKE, "--cores", "2"], workdir, timeout=2400)
+    proc = run_snakemake(["all_tables", "--configfile", SMOKE, "--cores", "2"], workdir, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return workdir
 
@@ -389,7 +390,7 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
         assert "--rdzv_backend=c10d" in proc.stdout + proc.stderr  # two processes through srun + torchrun
         assert (resume / "results/logs/convert/tiny_mdlm_seed0.log.rank1").is_file()
 
-        tables.wait(timeout=2400 - (time.time() - t0))
+        tables.wait(timeout=HANG_GUARD_S - (time.time() - t0))
         assert tables.returncode == 0, tables_log.read_text()[-4000:]
         assert _submitted_jobs(tables_log)
         print(f"{' '.join(SLURM_TARGETS)} through SLURM, with the resume check beside it: {time.time() - t0:.0f} s")
