@@ -93,7 +93,7 @@ wildcard_constraints:
     seed=r"\d+",
     step=r"\d+",
     source=r"subset|stream|promptset_\w+",
-    selection=r"documents|prompts_\w+",
+    selection=r"documents|document_rows|prompts_\w+",
     seq_len=r"\d+",
     shard=r"\d+",
     shards=r"\d+",

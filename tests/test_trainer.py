@@ -357,17 +357,22 @@ def test_a_two_process_run_resumes_on_one_process(setup, tmp_path):
     assert [r["loss"] for r in cut[3:]] == pytest.approx([r["loss"] for r in two[3:]], rel=1e-4)
 
 
-@pytest.mark.parametrize("name", ["mdlm", "opd_off"])
-def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_path, name):
+@pytest.mark.parametrize("name,layout", [("mdlm", "packed"), ("mdlm", "documents"), ("opd_off", "packed")])
+def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_path, name, layout):
     """The token_rows rule's folder (the documents the objective selects, tokenised once) trains to
-    the weights of the corpus file tokenised in the trainer."""
+    the weights of the corpus file tokenised in the trainer, packed or one document per row."""
     from ar2dlm.data.build import build_token_rows
+    from ar2dlm.data.token_rows import TokenRows
     from ar2dlm.methods.registry import training_data
 
-    run = run_cfg(name, steps=3, checkpoint_every=3)
+    run = run_cfg(name, steps=3, checkpoint_every=3) | {"rows": layout}
     rows = tmp_path / "rows"
     selection = training_data(run, prompt_sets={})[1]
     build_token_rows(setup / "corpus.jsonl", setup / "teacher", "subset", selection, 64, rows, workers=2)
+    folder = TokenRows(rows)
+    # one document per row: prompts stay clean and blocks start at the completion (as evaluated)
+    assert folder.index["packed"] == (layout == "packed" and name == "mdlm")
+    assert any(folder[i][1] > 0 for i in range(len(folder))) == (not folder.index["packed"])
     train_run(copy.deepcopy(run), setup / "teacher", rows, tmp_path / "disk", seed=0, preset="smoke", model_name="tiny")
     train(setup, copy.deepcopy(run), tmp_path / "file")
     a, b = weights(tmp_path / "disk" / "step_3"), weights(tmp_path / "file" / "step_3")

@@ -27,9 +27,12 @@ def prompt_documents(docs: list[dict], prompts: str) -> list[dict]:
 
 
 def select_documents(docs, selection: str):
-    """The documents a selection keeps: ``documents`` (all; an iterable stays lazy), or
-    ``prompts_<name>``, the documents of prompt source <name> (PROMPT_SOURCES)."""
-    return docs if selection == "documents" else prompt_documents(list(docs), selection[len("prompts_") :])
+    """The documents a selection keeps: ``documents`` and ``document_rows`` (all, packed or one per
+    row: ``token_rows.packs``; an iterable stays lazy), or ``prompts_<name>``, the documents of
+    prompt source <name> (PROMPT_SOURCES)."""
+    if selection in ("documents", "document_rows"):
+        return docs
+    return prompt_documents(list(docs), selection[len("prompts_") :])
 
 
 def suite_documents(code_train: list[dict], math_train: list[dict]) -> list[dict]:

@@ -6,8 +6,9 @@ process of every run. Two layouts, by what the run's objective reads of a docume
   each ending with end-of-text, cut into rows of exactly ``seq_len`` tokens. No padding, so a
   token budget and a FLOP count mean tokens trained on; every row's prompt length is 0 (the
   prompt of a document that has one is trained on like the rest of it);
-- document rows (a distillation run's prompts, a prompt set): one document per row, prompt =
-  block 0, never masked; a long plain-text document split into several rows.
+- document rows (a run with ``rows: documents``, a distillation run's prompts, a prompt set): one
+  document per row, prompt = block 0, never masked, the completion's blocks starting at its first
+  token (the layout a model is evaluated in); a long plain-text document split into several rows.
 
 A folder holds flat uint32 token files and ``index.json`` (source, selection, layout, rows,
 tokens, the token files); ``segments.npy`` (packed: file, start, length of each run of tokens, in
@@ -30,16 +31,18 @@ PACKED_SOURCES = ("subset", "stream")
 
 
 def packs(source: str, selection: str) -> bool:
-    """Whether the rows of (source, selection) are packed: all documents of a corpus cut. A
-    distillation run's prompts and a prompt set keep one document per row (the objective reads
-    each row's prompt: rollouts start from it, it is never masked)."""
+    """Whether the rows of (source, selection) are packed: all documents of a corpus cut
+    (``documents``). A run with ``rows: documents`` (``document_rows``), a distillation run's
+    prompts and a prompt set keep one document per row (the objective reads each row's prompt:
+    never masked, rollouts start from it, blocks start at the completion)."""
     return source in PACKED_SOURCES and selection == "documents"
 
 
 def run_packs(run: dict) -> bool:
-    """Whether a conversion run trains on packed rows: every run but distillation, whose rows
-    start with a prompt (the same choice ``packs`` makes from the run's token_rows folder)."""
-    return run.get("distill") is None
+    """Whether a conversion run trains on packed rows: a run with ``rows: packed`` but not
+    distillation, whose rows start with a prompt (the choice ``packs`` makes from the run's
+    token_rows folder)."""
+    return run.get("distill") is None and run.get("rows", "packed") == "packed"
 
 
 def document_rows(docs: Iterable[dict], tokenizer, seq_len: int) -> list[tuple[list[int], int]]:

@@ -38,6 +38,7 @@ BASE = {
     "positional_beta": 0.0,
     "loss_weight": "inverse_t",
     "data": "subset",
+    "rows": "packed",
     "freeze": [],
 }
 RUN_KEYS = {"method", "name", "training", "models", "seeds", "method_modules"}  # set by the pipeline, not by a part
@@ -162,9 +163,12 @@ def teacher_of(run: dict) -> tuple[bool, bool]:
 
 def training_data(run: dict, prompt_sets: dict) -> tuple[str, str]:
     """(source, selection) of a run's token rows: what the part giving its objective trains on,
-    else the run's ``data`` cut with every document."""
+    else the run's ``data`` cut with every document, packed (``rows: packed``) or one document per
+    row (``rows: documents``: the evaluation's layout, ``ar2dlm.data.token_rows``)."""
     hook = compose(run).main.training_data
-    return hook(run, prompt_sets) if hook else (run["data"], "documents")
+    if hook:
+        return hook(run, prompt_sets)
+    return run["data"], "documents" if run["rows"] == "packed" else "document_rows"
 
 
 def problems(run: dict, config: dict):

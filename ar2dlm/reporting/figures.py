@@ -5,6 +5,7 @@ Each kind draws on one axis from the study's evaluations on its first benchmark.
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import pandas as pd
@@ -164,6 +165,51 @@ def flops_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
     ax.set_ylabel(f"{first}: {metric}")
 
 
+def retention_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
+    """How much of the AR teacher a recipe keeps against its training budget: each run's headline
+    score as a share of the teacher's (mean +- sd over seeds) against the training tokens its
+    checkpoint had seen, one line per method (its runs are the budgets), each point labelled with
+    the epochs of its training rows it saw (rows trained on / rows the run's token_rows hold)."""
+    from ..pipeline.jobs import conversion_rows
+    from .tables import headline_metric
+
+    first = config["studies"][study]["evals"][0]
+    metric = headline_metric(config, first)
+    teacher = {m: read_json(layout.eval_path(first, m, "teacher"))["metrics"][metric] for m in {d.model for d in data}}
+    rows = []
+    for d in data:
+        if d.benchmark != first or not teacher[d.model]:
+            continue
+        run = resolve_run(config, d.run)
+        manifest = read_json(layout.conversion_manifest(d.model, d.run, d.seed))
+        held = read_json(os.path.join(layout.token_rows_dir(*conversion_rows(config, d.run)), "index.json"))["rows"]
+        rows.append(
+            {
+                "recipe": f"{d.model} {run['method']} ({run['attention']})",
+                "tokens": recipe_tokens(manifest) * d.step / manifest["steps"],
+                "epochs": d.step * run["training"]["batch_size"] / held,
+                "y": d.result["metrics"][metric] / teacher[d.model],
+                "run": d.run,
+                "step": d.step,
+            }
+        )
+    df = (
+        pd.DataFrame(rows)
+        .groupby(["recipe", "run", "step"])
+        .agg(tokens=("tokens", "mean"), epochs=("epochs", "mean"), y=("y", "mean"), sd=("y", "std"))
+    )
+    for recipe, part in df.fillna(0.0).reset_index().groupby("recipe"):
+        part = part.sort_values("tokens")
+        ax.errorbar(part["tokens"], part["y"], yerr=part["sd"], marker="o", capsize=3, label=recipe)
+        for _, p in part.iterrows():
+            where = (p["tokens"], p["y"])
+            ax.annotate(f"{p['epochs']:.2g} ep", where, fontsize=6, textcoords="offset points", xytext=(3, -8))
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="AR teacher")
+    ax.set_xscale("log")
+    ax.set_xlabel("training tokens (point labels: epochs of the run's training rows)")
+    ax.set_ylabel(f"{first}: {metric} / the teacher's")
+
+
 FIGURE_KINDS = {
     "lambda": partial(metric_curve, against="lambda"),
     "steps": partial(metric_curve, against="steps"),
@@ -172,6 +218,7 @@ FIGURE_KINDS = {
     "speedup": partial(speed_curve, xkey="speedup"),
     "budget": budget_curve,
     "flops": flops_curve,
+    "retention": retention_curve,
 }
 
 

@@ -66,6 +66,18 @@ def recipe_tokens(manifest: dict) -> int:
     return manifest.get("tokens_with_init", manifest["tokens"])
 
 
+# Scores a converted model keeps of its AR teacher's (higher is better, 0 at worst): the study tables
+# show each as a share of the teacher's beside it
+RETAINED = ("base_pass@1", "plus_pass@1", "base_pass@10", "plus_pass@10", "exact_match", "acc", "main_score")
+
+
+def retention(values: list[float], teacher: float | None) -> str:
+    """Mean score over seeds as a share of the teacher's (``-`` where the teacher scores 0)."""
+    if not teacher:
+        return "-"
+    return f"{pd.Series(values, dtype=float).mean() / teacher:.2f}"
+
+
 def training_columns(runs: list[dict], speed: bool) -> dict:
     """Training tokens and training FLOPs as the trainer counted them (student forward and
     backward, the teacher's forward, on-policy rollouts: ``Objective._count``; a staged run's
@@ -87,6 +99,7 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
     members = study_members(config, study)
     rows, commits, machines = [], set(), []
     for model in study_models(config, spec):
+        teacher = {e: read_json(layout.eval_path(e, model, "teacher")) for e in spec["evals"]}
         for m in [m for m in members if m.model == model] + [None]:
             run, seeds = ("teacher", [None]) if m is None else (m.run, m.seeds)
             # the hash each of the run's checkpoints and evaluations records as its settings
@@ -114,6 +127,8 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
                     vals = [res["metrics"][metric] for res in results if metric in res["metrics"]]
                     if vals:
                         row[f"{e}: {metric}"] = mean_sd(vals)
+                        if m is not None and metric in RETAINED:
+                            row[f"{e}: {metric} kept"] = retention(vals, teacher[e]["metrics"].get(metric))
             if m is not None:
                 manifests = [read_json(layout.conversion_manifest(model, run, s)) for s in seeds]
                 row.update(training_columns(manifests, speed=bool(spec.get("training_columns"))))
