@@ -4,8 +4,8 @@
 
 
 rule dpo_teacher:
-    """DPO of the AR teacher on one preference domain, or on all of them together (TRL; full DPO
-    that one GPU cannot hold: the FSDP2 trainer under torchrun, as planned)."""
+    """DPO of the AR teacher on one preference domain, or on all of them together, with one AR-MAP
+    seed (TRL; full DPO that one GPU cannot hold: the FSDP2 trainer under torchrun, as planned)."""
     input:
         model=layout.teacher_dir(),
         train=preference_files("train"),
@@ -13,9 +13,9 @@ rule dpo_teacher:
     output:
         directory(layout.teacher_dpo_dir()),
     log:
-        layout.log_path("armap/dpo_teacher_{model}_{pdomain}"),
+        layout.log_path("armap/dpo_teacher_{model}_{pdomain}_seed{seed}"),
     benchmark:
-        layout.bench_path("armap/dpo_teacher_{model}_{pdomain}")
+        layout.bench_path("armap/dpo_teacher_{model}_{pdomain}_seed{seed}")
     # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
     retries: dpo_retries("dpo_teacher")
     conda:
@@ -25,13 +25,12 @@ rule dpo_teacher:
         **dpo_resources("dpo_teacher"),
     params:
         cfg=json.dumps(config["armap"]["dpo"]),
-        seed=config["seed"],
         domains=preference_domains,
         launcher=lambda wc, resources: launcher(resources),
         launch=dpo_launch("dpo_teacher"),
     shell:
         "{params.launcher} -m ar2dlm.armap.dpo_run --model {input.model:q} --train {input.train:q} "
-        "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {params.seed} "
+        "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {wildcards.seed} "
         "--out {output:q} --job-log {log:q} --threads {threads} --launch {params.launch:q}"
 
 
@@ -167,14 +166,13 @@ rule evaluate_teacher_dpo:
     output:
         layout.teacher_dpo_eval_path(),
     log:
-        layout.log_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}"),
+        layout.log_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}_seed{seed}"),
     benchmark:
-        layout.bench_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}")
+        layout.bench_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}_seed{seed}")
     conda:
         "../envs/ar2dlm.yaml"
     threads: 1
     params:
         spec=lambda wc: benchmark_settings(config, wc.benchmark),
-        seed=config["seed"],
     script:
         "../workflow_scripts/evaluate.py"

@@ -46,8 +46,8 @@ def test_paper_dry_run_lists_every_model(dry_run):
         assert f"results/eval/{ev}.json" in proc.stdout
     assert "results/data/benchmarks/mbpp_plus.jsonl" in proc.stdout
     for out in (
-        "models/qwen3_8b/teacher_dpo/helpful",
-        "models/qwen3_8b/teacher_dpo/all",
+        "models/qwen3_8b/teacher_dpo/helpful/seed0",
+        "models/qwen3_8b/teacher_dpo/all/seed0",
         "armap/qwen3_8b/ed/seed0/helpful/ties/gamma.json",
         "armap/qwen3_4b/ed/seed0/math/spectra.csv",
         "models/qwen3_8b/ed/seed0/dlm_dpo/math",

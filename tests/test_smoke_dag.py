@@ -110,12 +110,12 @@ def test_armap_outputs(smoke_run):
             curve = json.loads((base / merge / "gamma.json").read_text())
             assert [r["gamma"] for r in curve["curve"]] == [0, 1, 2] and curve["curve"][0]["reward_accuracy"] == 0
     for domain in ("code", "math", "all"):
-        dpo = json.loads((results / "models" / "tiny" / "teacher_dpo" / domain / "ar2dlm.json").read_text())
+        dpo = json.loads((results / "models/tiny/teacher_dpo" / domain / "seed0/ar2dlm.json").read_text())
         assert dpo["method"] == "ar_dpo" and 0 <= dpo["reward_accuracy"] <= 1
     merged = json.loads((results / "models/tiny/mdlm/seed0/armap/code_task_arithmetic/ar2dlm.json").read_text())
     assert merged["attention"] == "bidirectional" and merged["gamma"] in (0, 1, 2)
     assert (results / "eval/synthetic_code/tiny/mdlm/seed0/dlm_dpo_code.json").is_file()
-    assert (results / "eval/arithmetic/tiny/teacher_dpo_all.json").is_file()
+    assert (results / "eval/arithmetic/tiny/teacher/seed0/teacher_dpo_all.json").is_file()
 
 
 def test_tables_figures_and_claims(smoke_run):

@@ -365,7 +365,7 @@ def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_p
     from ar2dlm.data.token_rows import TokenRows
     from ar2dlm.methods.registry import training_data
 
-    run = run_cfg(name, steps=3, checkpoint_every=3) | {"rows": layout}
+    run = run_cfg(name, steps=3, checkpoint_every=3, rows=layout)
     rows = tmp_path / "rows"
     selection = training_data(run, prompt_sets={})[1]
     build_token_rows(setup / "corpus.jsonl", setup / "teacher", "subset", selection, 64, rows, workers=2)

@@ -6,7 +6,7 @@ process of every run. Two layouts, by what the run's objective reads of a docume
   each ending with end-of-text, cut into rows of exactly ``seq_len`` tokens. No padding, so a
   token budget and a FLOP count mean tokens trained on; every row's prompt length is 0 (the
   prompt of a document that has one is trained on like the rest of it);
-- document rows (a run with ``rows: documents``, a distillation run's prompts, a prompt set): one
+- document rows (a run with ``training.rows: documents``, a distillation run's prompts, a prompt set): one
   document per row, prompt = block 0, never masked, the completion's blocks starting at its first
   token (the layout a model is evaluated in); a long plain-text document split into several rows.
 
@@ -39,10 +39,10 @@ def packs(source: str, selection: str) -> bool:
 
 
 def run_packs(run: dict) -> bool:
-    """Whether a conversion run trains on packed rows: a run with ``rows: packed`` but not
-    distillation, whose rows start with a prompt (the choice ``packs`` makes from the run's
+    """Whether a conversion run trains on packed rows: ``training.rows: packed`` (the default) and
+    not distillation, whose rows start with a prompt (the choice ``packs`` makes from the run's
     token_rows folder)."""
-    return run.get("distill") is None and run.get("rows", "packed") == "packed"
+    return run.get("distill") is None and run["training"].get("rows", "packed") == "packed"
 
 
 def document_rows(docs: Iterable[dict], tokenizer, seq_len: int) -> list[tuple[list[int], int]]:

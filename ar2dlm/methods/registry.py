@@ -38,7 +38,6 @@ BASE = {
     "positional_beta": 0.0,
     "loss_weight": "inverse_t",
     "data": "subset",
-    "rows": "packed",
     "freeze": [],
 }
 RUN_KEYS = {"method", "name", "training", "models", "seeds", "method_modules"}  # set by the pipeline, not by a part
@@ -163,12 +162,17 @@ def teacher_of(run: dict) -> tuple[bool, bool]:
 
 def training_data(run: dict, prompt_sets: dict) -> tuple[str, str]:
     """(source, selection) of a run's token rows: what the part giving its objective trains on,
-    else the run's ``data`` cut with every document, packed (``rows: packed``) or one document per
-    row (``rows: documents``: the evaluation's layout, ``ar2dlm.data.token_rows``)."""
+    else the run's ``data`` cut with every document, packed (``training.rows: packed``, the default)
+    or one document per row (``documents``: the evaluation's layout, ``ar2dlm.data.token_rows``)."""
     hook = compose(run).main.training_data
     if hook:
         return hook(run, prompt_sets)
-    return run["data"], "documents" if run["rows"] == "packed" else "document_rows"
+    return run["data"], "document_rows" if row_layout(run) == "documents" else "documents"
+
+
+def row_layout(run: dict) -> str:
+    """``training.rows`` of a resolved run: ``packed`` (the default) or ``documents``."""
+    return run["training"].get("rows", "packed")
 
 
 def problems(run: dict, config: dict):

@@ -159,10 +159,11 @@ def eval_jobs(config: dict) -> tuple[list[CheckpointEval], list[TeacherEval]]:
 class TeacherDPO(NamedTuple):
     model: str
     pdomain: str
+    seed: int
 
     @property
     def path(self) -> str:
-        return layout.teacher_dpo_dir(self.model, self.pdomain)
+        return layout.teacher_dpo_dir(self.model, self.pdomain, self.seed)
 
 
 class DLMDomain(NamedTuple):
@@ -213,10 +214,11 @@ class TeacherDPOEval(NamedTuple):
     benchmark: str
     model: str
     pdomain: str
+    seed: int
 
     @property
     def path(self) -> str:
-        return layout.teacher_dpo_eval_path(self.benchmark, self.model, self.pdomain)
+        return layout.teacher_dpo_eval_path(self.benchmark, self.model, self.pdomain, self.seed)
 
 
 @dataclass(frozen=True)
@@ -262,7 +264,7 @@ def armap_dlms(config: dict) -> list[Conversion]:
 
 
 def armap_jobs(config: dict) -> ArmapJobs:
-    """AR-MAP's outputs: DPO'd teachers, and per DLM and domain the spectra, gamma searches (one per
+    """AR-MAP's outputs: DPO'd teachers (one per model, domain and seed), and per DLM and domain the spectra, gamma searches (one per
     merge), DLM DPO baselines, and the evaluations of the models they write."""
     a = config["armap"]
     dlms = armap_dlms(config)
@@ -272,12 +274,13 @@ def armap_jobs(config: dict) -> ArmapJobs:
     evals = []
     for pd, benches in a["evals"].items():
         for b in benches:
-            evals += [TeacherDPOEval(b, m, pd) for m in models]
+            evals += [TeacherDPOEval(b, m, pd, s) for m in models for s in a["seeds"]]
             if pd in a["domains"]:
                 evals += [DerivedEval(b, *d, layout.armap_name(pd, g)) for d in dlms for g in a["eval_merges"]]
                 evals += [DerivedEval(b, *d, layout.dlm_dpo_name(pd)) for d in dlms if d.seed in dpo_seeds]
     return ArmapJobs(
-        dpo=[TeacherDPO(m, pd) for m in models for pd in armap_domains(config)],
+        # each seed its own DPO'd teacher, so the seeds' spread includes the preference vector's
+        dpo=[TeacherDPO(m, pd, s) for m in models for pd in armap_domains(config) for s in a["seeds"]],
         spectra=per_domain,
         search=[GammaSearch(*j, g) for j in per_domain for g in a["merges"] if j.seed in search_seeds(config, g)],
         dlm_dpo=[j for j in per_domain if j.seed in dpo_seeds],

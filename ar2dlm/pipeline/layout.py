@@ -120,8 +120,9 @@ def teacher_loss_log(model="{model}") -> str:
     return _r("logs", "teacher", f"{model}_loss.csv")
 
 
-def teacher_dpo_dir(model="{model}", pdomain="{pdomain}") -> str:
-    return _r("models", model, "teacher_dpo", pdomain)
+def teacher_dpo_dir(model="{model}", pdomain="{pdomain}", seed="{seed}") -> str:
+    """The AR teacher DPO'd on ``pdomain`` with ``seed``: each AR-MAP seed has its own preference vector."""
+    return _r("models", model, "teacher_dpo", pdomain, f"seed{seed}")
 
 
 def conversion_dir(model="{model}", run="{run}", seed="{seed}") -> str:
@@ -190,8 +191,9 @@ def derived_eval_path(benchmark="{benchmark}", model="{model}", run="{run}", see
     return _r("eval", benchmark, model, run, f"seed{seed}", f"{name}.json")
 
 
-def teacher_dpo_eval_path(benchmark="{benchmark}", model="{model}", pdomain="{pdomain}") -> str:
-    return _r("eval", benchmark, model, f"{teacher_dpo_name(pdomain)}.json")
+def teacher_dpo_eval_path(benchmark="{benchmark}", model="{model}", pdomain="{pdomain}", seed="{seed}") -> str:
+    """A DPO'd teacher's evaluation: a model derived from the teacher (run ``teacher``) at ``seed``."""
+    return derived_eval_path(benchmark, model, "teacher", seed, teacher_dpo_name(pdomain))
 
 
 def parse_eval_path(path) -> dict:
@@ -199,7 +201,7 @@ def parse_eval_path(path) -> dict:
     ``variant`` is the checkpoint (``step_<k>``) or derived model; teachers have no seed or variant."""
     p = Path(path)
     parts = p.parts[p.parts.index("eval") + 1 :]
-    if len(parts) == 3:  # <benchmark>/<model>/teacher[_dpo_<domain>].json
+    if len(parts) == 3:  # <benchmark>/<model>/teacher.json
         return {"benchmark": parts[0], "model": parts[1], "run": p.stem, "seed": None, "variant": None}
     return {"benchmark": parts[0], "model": parts[1], "run": parts[2], "seed": int(parts[3][4:]), "variant": p.stem}
 

@@ -29,7 +29,7 @@ def armap_report_inputs(config: dict) -> list[str]:
                 if s in dpo_seeds:
                     out.append(layout.derived_eval_path(b, m, r, s, layout.dlm_dpo_name(d)))
                 out += [layout.derived_eval_path(b, m, r, s, layout.armap_name(d, g)) for g in a["eval_merges"]]
-                out += [layout.teacher_dpo_eval_path(b, m, d), layout.eval_path(b, m, "teacher")]
+                out += [layout.teacher_dpo_eval_path(b, m, d, s), layout.eval_path(b, m, "teacher")]
     return sorted(set(out))
 
 
@@ -87,11 +87,11 @@ def main_table(config: dict) -> pd.DataFrame:
                         }
                     )
             for m in sorted({m for m, _ in _dlm_seeds(config)}):
-                for label, path in (
-                    ("AR teacher", layout.eval_path(b, m, "teacher")),
-                    ("AR teacher DPO", layout.teacher_dpo_eval_path(b, m, d)),
+                for label, paths in (
+                    ("AR teacher", [layout.eval_path(b, m, "teacher")]),
+                    ("AR teacher DPO", [layout.teacher_dpo_eval_path(b, m, d, s) for s in a["seeds"]]),
                 ):
-                    v = read_json(path)["metrics"][metric]
+                    vals = [read_json(path)["metrics"][metric] for path in paths]
                     rows.append(
                         {
                             "domain": d,
@@ -100,8 +100,8 @@ def main_table(config: dict) -> pd.DataFrame:
                             "model": m,
                             "run": "teacher",
                             "system": label,
-                            "value": f"{v:.3f}",
-                            "seeds": 1,
+                            "value": mean_sd(vals),
+                            "seeds": len(vals),
                         }
                     )
     return pd.DataFrame(rows)
