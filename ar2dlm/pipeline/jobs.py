@@ -264,8 +264,9 @@ def armap_dlms(config: dict) -> list[Conversion]:
 
 
 def armap_jobs(config: dict) -> ArmapJobs:
-    """AR-MAP's outputs: DPO'd teachers (one per model, domain and seed), and per DLM and domain the spectra, gamma searches (one per
-    merge), DLM DPO baselines, and the evaluations of the models they write."""
+    """AR-MAP's outputs: DPO'd teachers (one per model, domain and seed), and per DLM and domain the
+    spectra, gamma searches (one per merge), DLM DPO baselines, and the evaluations of the models
+    they write."""
     a = config["armap"]
     dlms = armap_dlms(config)
     models = sorted({d.model for d in dlms})
