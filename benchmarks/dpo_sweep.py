@@ -55,7 +55,7 @@ def rank_accuracy(model_dir, rows: list[dict], max_length: int) -> float:
     return float((lw > ll).float().mean())
 
 
-def scores(config: dict, model_dir, benches: list[str], seed: int) -> dict[str, float]:
+def scores(config: dict, model_dir, benches: list[str], seed: int, limit: int | None) -> dict[str, float]:
     from ar2dlm.evaluation.suite import BENCHMARK_KINDS, run_benchmark
     from ar2dlm.pipeline import layout
     from ar2dlm.pipeline.config import benchmark_settings
@@ -64,6 +64,8 @@ def scores(config: dict, model_dir, benches: list[str], seed: int) -> dict[str, 
     out = {}
     for bench in benches:
         spec = benchmark_settings(config, bench)
+        if limit is not None:
+            spec["limit"] = limit or None  # 0: every held-out item
         inputs = layout.benchmark_inputs(bench, BENCHMARK_KINDS[spec["kind"]].reads(spec))
         res = run_benchmark(bench, spec, model_dir, inputs, seed=seed)
         out[bench] = round(headline_value(config, bench, res), 4)
@@ -78,6 +80,8 @@ def main() -> None:
     ap.add_argument("--domain", default="all", help="a preference domain, or all of armap.domains together")
     ap.add_argument("--setting", action="append", type=json.loads, help="JSON merged over armap.dpo (repeatable)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--benchmarks", nargs="+", help="benchmarks to score (default: armap.evals of the domain)")
+    ap.add_argument("--limit", type=int, default=None, help="items per benchmark (0: all; default: the preset's)")
     ap.add_argument("--out", type=Path, default=Path("dpo_sweep.json"))
     a = ap.parse_args()
     out_path = a.out.resolve()
@@ -99,13 +103,13 @@ def main() -> None:
         ap.error(f"no teacher at {teacher.resolve()}: run `snakemake {teacher}` first")
     armap = config["armap"]
     domains = armap["domains"] if a.domain == "all" else [a.domain]
-    benches = armap["evals"][a.domain]
+    benches = a.benchmarks or armap["evals"][a.domain]
     base = armap["dpo"]
     train = preference_rows([layout.preference_file(d, "train") for d in domains], base["train_pairs"])
     held = preference_rows([layout.preference_file(d, "eval") for d in domains], base["eval_pairs"])
 
     t0 = time.time()
-    ref = scores(config, teacher, benches, a.seed)
+    ref = scores(config, teacher, benches, a.seed, a.limit)
     rows = [{"setting": "teacher", "reward_acc": 0.0, "rank_acc": rank_accuracy(teacher, held, base["max_length"])}]
     rows[0] |= {b: v for b, v in ref.items()}
     settings = a.setting or GRID
@@ -117,7 +121,7 @@ def main() -> None:
             prov = train_dpo(teacher, train, held, work / "model", cfg, a.seed, domains)
             row = {"setting": json.dumps(own, sort_keys=True), "reward_acc": prov["reward_accuracy"]}
             row["rank_acc"] = rank_accuracy(work / "model", held, cfg["max_length"])
-            for b, v in scores(config, work / "model", benches, a.seed).items():
+            for b, v in scores(config, work / "model", benches, a.seed, a.limit).items():
                 row[b] = v
                 row[f"{b}_kept"] = round(v / ref[b], 3) if ref[b] else None
             row["wall_s"] = round(time.time() - t1, 1)
@@ -125,7 +129,7 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        write_json(out_path, {"preset": a.preset, "domain": a.domain, "base": base, "rows": rows})
+        write_json(out_path, {"preset": a.preset, "domain": a.domain, "limit": a.limit, "base": base, "rows": rows})
     import pandas as pd
 
     print(pd.DataFrame(rows).to_markdown(index=False))
