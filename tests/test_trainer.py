@@ -361,9 +361,12 @@ def test_a_two_process_run_resumes_on_one_process(setup, tmp_path):
 def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_path, name, layout):
     """The token_rows rule's folder (the documents the objective selects, tokenised once) trains to
     the weights of the corpus file tokenised in the trainer, packed or one document per row."""
+    from transformers import AutoTokenizer
+
     from ar2dlm.data.build import build_token_rows
     from ar2dlm.data.token_rows import TokenRows
-    from ar2dlm.methods.registry import training_data
+    from ar2dlm.methods.registry import objective_for, training_data
+    from ar2dlm.training.trainer import training_batches
 
     run = run_cfg(name, steps=3, checkpoint_every=3, rows=layout)
     rows = tmp_path / "rows"
@@ -373,6 +376,15 @@ def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_p
     # one document per row: prompts stay clean and blocks start at the completion (as evaluated)
     assert folder.index["packed"] == (layout == "packed" and name == "mdlm")
     assert any(folder[i][1] > 0 for i in range(len(folder))) == (not folder.index["packed"])
+    if layout == "documents":  # a conversion's complete documents are filled with end-of-text and trained on
+        tok = AutoTokenizer.from_pretrained(str(setup / "teacher"))
+        objective = objective_for(run, run_conventions(run, tok), 0)
+        ids, valid, _ = training_batches(rows, objective, tok, 64, 8, 0).whole(0)
+        ends = [(ids[i] == tok.eos_token_id).nonzero()[:, 0] for i in range(len(ids))]
+        assert any(len(e) > 1 for e in ends)  # filled: the batch's longest row is longer
+        for i, e in enumerate(ends):
+            if len(e):
+                assert (ids[i, int(e[0]) :] == tok.eos_token_id).all() and valid[i].all()
     train_run(copy.deepcopy(run), setup / "teacher", rows, tmp_path / "disk", seed=0, preset="smoke", model_name="tiny")
     train(setup, copy.deepcopy(run), tmp_path / "file")
     a, b = weights(tmp_path / "disk" / "step_3"), weights(tmp_path / "file" / "step_3")

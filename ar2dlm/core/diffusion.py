@@ -45,14 +45,20 @@ def _rand(shape, generator: torch.Generator | None, device) -> torch.Tensor:
     return torch.rand(shape, generator=generator, device=gen_device).to(device)
 
 
-def collate(rows: list[tuple[list[int], int]], pad_id: int):
-    """Right-pad to the longest row: (ids, valid, prompt_lens)."""
+def collate(rows: list[tuple[list[int], int]], pad_id: int, fill_id: int | None = None):
+    """Right-pad to the longest row: (ids, valid, prompt_lens). With ``fill_id`` (end-of-text), a
+    row that ends with it is filled with it to the longest row instead, the fill valid and trained
+    on like any token (LLaDA's SFT recipe): a model decoding a canvas longer than its answer learns
+    to fill the rest with end-of-text; a row cut short (no end-of-text) is padded as usual."""
     width = max(len(r) for r, _ in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     valid = torch.zeros_like(ids)
     for i, (r, _) in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r)
         valid[i, : len(r)] = 1
+        if fill_id is not None and r[-1] == fill_id:
+            ids[i, len(r) :] = fill_id
+            valid[i, len(r) :] = 1
     return ids, valid, torch.tensor([p for _, p in rows])
 
 

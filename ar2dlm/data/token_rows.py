@@ -38,11 +38,16 @@ def packs(source: str, selection: str) -> bool:
     return source in PACKED_SOURCES and selection == "documents"
 
 
+def row_layout(run: dict) -> str:
+    """``training.rows`` of a resolved run: ``packed`` (the default) or ``documents``."""
+    return run["training"].get("rows", "packed")
+
+
 def run_packs(run: dict) -> bool:
     """Whether a conversion run trains on packed rows: ``training.rows: packed`` (the default) and
     not distillation, whose rows start with a prompt (the choice ``packs`` makes from the run's
     token_rows folder)."""
-    return run.get("distill") is None and run["training"].get("rows", "packed") == "packed"
+    return run.get("distill") is None and row_layout(run) == "packed"
 
 
 def document_rows(docs: Iterable[dict], tokenizer, seq_len: int) -> list[tuple[list[int], int]]:

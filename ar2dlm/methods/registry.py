@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from ..data.token_rows import row_layout
 from ..provenance import deep_merge
 from .spec import ComposedObjective, Method, Part, Term, teacher_reads
 
@@ -168,11 +169,6 @@ def training_data(run: dict, prompt_sets: dict) -> tuple[str, str]:
     if hook:
         return hook(run, prompt_sets)
     return run["data"], "document_rows" if row_layout(run) == "documents" else "documents"
-
-
-def row_layout(run: dict) -> str:
-    """``training.rows`` of a resolved run: ``packed`` (the default) or ``documents``."""
-    return run["training"].get("rows", "packed")
 
 
 def problems(run: dict, config: dict):

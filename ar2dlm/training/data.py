@@ -56,12 +56,15 @@ class Batches:
     the rows, or, ``ordered`` (a stream read once), the rows in order. ``rows``: any sequence of
     (ids, prompt length), e.g. memory-mapped :class:`~ar2dlm.data.token_rows.TokenRows`."""
 
-    def __init__(self, rows, batch_size: int, seed: int, pad_id: int, ordered: bool = False):
+    def __init__(
+        self, rows, batch_size: int, seed: int, pad_id: int, ordered: bool = False, fill_id: int | None = None
+    ):
         if not len(rows):
             raise ValueError(
                 "no training rows: every document is longer than the sequence length, or the corpus is empty"
             )
         self.rows, self.batch_size, self.seed, self.pad_id, self.ordered = rows, batch_size, seed, pad_id, ordered
+        self.fill_id = fill_id  # complete documents filled with it to the longest row (``collate``)
         self._perm_epoch, self._perm = None, None
 
     def _permutation(self, epoch: int) -> torch.Tensor:
@@ -77,8 +80,8 @@ class Batches:
         if self.ordered:
             if idx[-1] >= n:
                 raise ValueError(f"micro-batch {index} needs row {idx[-1]} of a stream read once, which holds {n} rows")
-            return collate([self.rows[i] for i in idx], self.pad_id)
-        return collate([self.rows[int(self._permutation(i // n)[i % n])] for i in idx], self.pad_id)
+            return collate([self.rows[i] for i in idx], self.pad_id, self.fill_id)
+        return collate([self.rows[int(self._permutation(i // n)[i % n])] for i in idx], self.pad_id, self.fill_id)
 
     def __call__(self, index: int, rank: int = 0, world: int = 1) -> MicroBatch:
         """Micro-batch ``index`` with this process's rows marked: rank, rank + world, ..."""

@@ -21,7 +21,7 @@ from ..core.attention import set_training_attention
 from ..core.conventions import Conventions
 from ..core.models import final_checkpoint, load_conventions
 from ..core.precision import resolve_dtype
-from ..data.token_rows import TokenRows, corpus_rows, run_packs
+from ..data.token_rows import TokenRows, corpus_rows, row_layout, run_packs
 from ..provenance import library_versions, read_json, read_jsonl
 from .checkpointing import Checkpoints, checkpoint_steps
 from .data import Batches
@@ -54,13 +54,17 @@ def training_batches(corpus_path, objective, tokenizer, seq_len: int, micro: int
     if own is not None:
         return own
     path = Path(corpus_path)
+    # document rows of a conversion (training.rows: documents) end in end-of-text filled to the batch's
+    # longest row (core.diffusion.collate); a distillation's prompts are read as they are
+    run = objective.run
+    fill = tokenizer.eos_token_id if run.get("distill") is None and row_layout(run) == "documents" else None
     if path.is_dir():
         rows = TokenRows(path)
         if rows.index["seq_len"] != seq_len:
             raise ValueError(f"{path} holds rows of {rows.index['seq_len']} tokens; the run trains on {seq_len}")
-        return Batches(rows, micro, seed, tokenizer.pad_token_id, ordered=rows.index["ordered"])
-    rows = corpus_rows(objective.documents(read_jsonl(path)), tokenizer, seq_len, run_packs(objective.run))
-    return Batches(rows, micro, seed, tokenizer.pad_token_id)
+        return Batches(rows, micro, seed, tokenizer.pad_token_id, ordered=rows.index["ordered"], fill_id=fill)
+    rows = corpus_rows(objective.documents(read_jsonl(path)), tokenizer, seq_len, run_packs(run))
+    return Batches(rows, micro, seed, tokenizer.pad_token_id, fill_id=fill)
 
 
 def load_teacher(teacher_dir, objective, dtype: str, device):
