@@ -207,7 +207,7 @@ def retention_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="AR teacher")
     ax.set_xscale("log")
     ax.set_xlabel("training tokens (point labels: epochs of the run's training rows)")
-    ax.set_ylabel(f"{first}: {metric} / the teacher's")
+    ax.set_ylabel(f"{first}: {metric}\nas a share of the AR teacher's")
 
 
 FIGURE_KINDS = {
