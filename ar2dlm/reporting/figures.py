@@ -193,6 +193,9 @@ def retention_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None
                 "step": d.step,
             }
         )
+    if not rows:  # a teacher that scores 0 (the smoke preset's) leaves no share to draw
+        ax.text(0.5, 0.5, f"the AR teacher scores 0 on {first}: no share to show", ha="center", transform=ax.transAxes)
+        return
     df = (
         pd.DataFrame(rows)
         .groupby(["recipe", "run", "step"])
