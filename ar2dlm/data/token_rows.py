@@ -32,7 +32,7 @@ PACKED_SOURCES = ("subset", "stream")
 
 def packs(source: str, selection: str) -> bool:
     """Whether the rows of (source, selection) are packed: all documents of a corpus cut
-    (``documents``). A run with ``rows: documents`` (``document_rows``), a distillation run's
+    (``documents``). A run with ``training.rows: documents`` (``document_rows``), a distillation run's
     prompts and a prompt set keep one document per row (the objective reads each row's prompt:
     never masked, rollouts start from it, blocks start at the completion)."""
     return source in PACKED_SOURCES and selection == "documents"
