@@ -111,7 +111,7 @@ def main() -> None:
     t0 = time.time()
     ref = scores(config, teacher, benches, a.seed, a.limit)
     rows = [{"setting": "teacher", "reward_acc": 0.0, "rank_acc": rank_accuracy(teacher, held, base["max_length"])}]
-    rows[0] |= {b: v for b, v in ref.items()}
+    rows[0] |= ref
     settings = a.setting or GRID
     for own in settings:
         cfg = deep_merge(base, own)

@@ -82,6 +82,7 @@ def study_config(config: dict, study: str) -> dict:
         **methods,
         "training": config["training"],
         "models": config["models"],
+        "data": {"prompt_sets": config["data"]["prompt_sets"]},  # which token rows a run reads (conversion_rows)
         "eval": {
             "decoding": config["eval"]["decoding"],
             "benchmarks": {e: config["eval"]["benchmarks"][e] for e in spec["evals"]},

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
-from ..pipeline.jobs import study_models
+from ..pipeline.jobs import conversion_corpus, study_models
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
 from .tables import Evaluated, recipe_flops, recipe_tokens, study_evaluations
@@ -170,24 +170,24 @@ def retention_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None
     score as a share of the teacher's (mean +- sd over seeds) against the training tokens its
     checkpoint had seen, one line per method (its runs are the budgets), each point labelled with
     the epochs of its training rows it saw (rows trained on / rows the run's token_rows hold)."""
-    from ..pipeline.jobs import conversion_rows
     from .tables import headline_metric
 
     first = config["studies"][study]["evals"][0]
     metric = headline_metric(config, first)
     teacher = {m: read_json(layout.eval_path(first, m, "teacher"))["metrics"][metric] for m in {d.model for d in data}}
+    runs = {d.run for d in data}
+    held = {r: read_json(os.path.join(conversion_corpus(config, r), "index.json"))["rows"] for r in runs}
     rows = []
     for d in data:
         if d.benchmark != first or not teacher[d.model]:
             continue
         run = resolve_run(config, d.run)
         manifest = read_json(layout.conversion_manifest(d.model, d.run, d.seed))
-        held = read_json(os.path.join(layout.token_rows_dir(*conversion_rows(config, d.run)), "index.json"))["rows"]
         rows.append(
             {
                 "recipe": f"{d.model} {run['method']} ({run['attention']})",
                 "tokens": recipe_tokens(manifest) * d.step / manifest["steps"],
-                "epochs": d.step * run["training"]["batch_size"] / held,
+                "epochs": d.step * run["training"]["batch_size"] / held[d.run],
                 "y": d.result["metrics"][metric] / teacher[d.model],
                 "run": d.run,
                 "step": d.step,

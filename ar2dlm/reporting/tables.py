@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..evaluation.suite import BENCHMARK_KINDS, harness_metric
 from ..pipeline import layout
-from ..pipeline.jobs import conversion_settings, study_members, study_models
+from ..pipeline.jobs import conversion_corpus, conversion_settings, study_members, study_models
 from ..provenance import code_commit, read_json, settings_hash
 
 
@@ -49,6 +49,8 @@ def study_inputs(config: dict, study: str) -> list[str]:
     ]
     # every table shows each run's training tokens and FLOPs from its manifest
     paths += [layout.conversion_manifest(m.model, m.run, s) for m in members for s in m.seeds]
+    if spec.get("figure") == "retention":  # the epochs it labels: each run's token_rows folder
+        paths += [conversion_corpus(config, m.run) for m in members]
     return sorted(set(paths))
 
 
@@ -112,9 +114,10 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
             }
             for e in spec["evals"]:
                 kind = BENCHMARK_KINDS[benches[e]["kind"]]
-                results = [
-                    read_json(layout.eval_path(e, model, run, s, None if m is None else m.final_step)) for s in seeds
-                ]
+                if m is None:
+                    results = [teacher[e]]
+                else:
+                    results = [read_json(layout.eval_path(e, model, run, s, m.final_step)) for s in seeds]
                 commits |= {r.get("provenance", {}).get("commit", "unrecorded") for r in results}
                 machines += [("evaluation", r) for r in results]
                 if kind.rows:  # one row per decoding setting: the most accurate one
