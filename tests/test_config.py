@@ -451,12 +451,12 @@ def test_runs_compose_method_defaults_with_their_own_keys():
     ra = resolve_run(cfg, "ra")
     assert ra["align"] == {"lambda": 10.0, "metric": "cos", "layers": "all"} and ra["attention"] == "bidirectional"
     assert ra["shift"] is True and ra["distill"] is None and ra["training"] == cfg["training"]
-    combo = resolve_run(cfg, "combined")  # distillation plus alignment on a block student, by config only
+    full = merge_preset({"preset": "tiny_full"}, REPO / "config")
+    combo = resolve_run(full, "combined")  # distillation plus alignment on a block student, by config only
     assert combo["attention"] == "block" and combo["block_size"] == 4 and combo["init"] == "ar"
     assert combo["align"]["lambda"] == 1 and combo["align"]["metric"] == "cos"
     assert combo["distill"]["on_policy"] is True and combo["distill"]["rollout_length"] == 32
-    assert combo["training"]["steps"] == resolve_run(cfg, "opd")["training"]["steps"]
-    full = merge_preset({"preset": "tiny_full"}, REPO / "config")
+    assert combo["training"]["steps"] == resolve_run(full, "opd")["training"]["steps"]
     long = resolve_run(full, "ed_long")  # a run's own training keys over the preset's, the others kept
     assert long["training"]["steps"] == 1900 and long["training"]["checkpoint_every"] == 380
     assert long["training"]["batch_size"] == full["training"]["batch_size"]
