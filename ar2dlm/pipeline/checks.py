@@ -514,6 +514,7 @@ def check_armap(config: dict) -> None:
 
 
 TEACHER, BEST_OTHER = "teacher", "best_other"  # what a claim may compare with besides a run of its study
+UNBOUNDED = ("likelihood",)  # benchmark kinds whose headline metric is not a score in [0, 1]
 STUDY_CLAIM_KEYS = ("study", "run", "against", "model", "benchmark", "metric", "decoding", "equal_flops")
 
 
@@ -539,11 +540,19 @@ def check_claims(config: dict) -> None:
                     f"{', '.join(STUDY_CLAIM_KEYS)} are a study claim's keys",
                 )
             check_armap_claim(config, key, c["armap"])
-            continue
-        if c["study"] not in config["studies"]:
-            raise ConfigError(f"{key}.study", f"{c['study']!r} is not a key of studies")
-        check_claim_runs(config, key, c)
-        check_claim_metric(config, key, c)
+            relative_ok = c["armap"]["measure"] == "merged_vs_direct"
+        else:
+            if c["study"] not in config["studies"]:
+                raise ConfigError(f"{key}.study", f"{c['study']!r} is not a key of studies")
+            check_claim_runs(config, key, c)
+            check_claim_metric(config, key, c)
+            relative_ok = config["eval"]["benchmarks"][c["benchmark"]]["kind"] not in UNBOUNDED
+        if c["effect"].get("unit") == "rel" and not relative_ok:
+            raise ConfigError(
+                f"{key}.effect.unit",
+                "rel (percent of the compared arm's mean) needs scores in [0, 1]: a study claim on a scored "
+                "benchmark, or AR-MAP's merged_vs_direct; give the effect in the claim's measure (abs)",
+            )
 
 
 def check_armap_claim(config: dict, key: str, spec: dict) -> None:

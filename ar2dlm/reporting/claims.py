@@ -6,17 +6,16 @@ best other run) on one benchmark's metric and one model, paired by seed: effect 
 of the differences (run - against), spread = their standard deviation; or it reads AR-MAP's gamma
 searches. This module only judges them. The statistics are scipy's: a paired t-test
 (``scipy.stats.ttest_1samp`` on the per-seed differences, which is ``ttest_rel`` on the pairs) and
-the 95% t confidence interval of the mean difference. Verdicts (``VERDICT_RULE``):
+the 95% t confidence interval of the mean difference. Each claim names the paper's effect E
+(``effect``: the paper's number, in the claim's measure or relative to the compared arm, or a
+stated effect with its reason where the paper gives none). Verdicts (``VERDICT_RULE``):
 
-- ``greater``: holds when the interval lies above 0, does not hold when it lies below 0 or every
-  difference is <= 0 with no spread, else inconclusive.
-- ``not_worse``: holds when the effect is >= 0, does not hold when the interval lies below 0, else
-  inconclusive. ``near_best``: the same, against the best other run of the study.
-- With a margin m (the claim's ``margin``, else ``claims.min_effect`` on scores in [0, 1]: how far
-  the same run's score moves between machines, the smallest effect worth a verdict), a ``greater``
-  claim holds only when its mean effect is also at least m, and does not hold once its interval
-  lies below m (no gain beyond the spread); for ``not_worse`` and ``near_best`` an effect down to
-  -m counts as no worse (holds). m = 0 is the plain rule.
+- ``greater``: holds when the interval lies above 0 (noted when it also lies below E: a smaller
+  effect than the paper's); does not hold only when the interval excludes the paper's effect (lies
+  below E: smaller than claimed, or reversed); else inconclusive.
+- ``not_worse`` (``near_best``: against the best other run of the study): E is the loss the claim
+  tolerates; holds when the interval lies above -E, does not hold when it lies below -E, else
+  inconclusive.
 - Fewer than 3 seeds: inconclusive.
 - Every compared run's mean below 0.05 or every one above 0.95 on the claim's metric (a score in
   [0, 1]): degenerate, never a verdict (two floors, or two ceilings, compared).
@@ -24,8 +23,9 @@ the 95% t confidence interval of the mean difference. Verdicts (``VERDICT_RULE``
   never a verdict (the runs are conversions of it; a benchmark it cannot do cannot show what they
   keep).
 
-An inconclusive claim is sized (``seeds_to_decide``): the fewest seeds whose interval, at the
-measured effect and per-seed spread, would decide it (exclude 0, or lie below m).
+An inconclusive claim is sized (``seeds_for_power``): the fewest seeds at which the paired t-test
+detects the paper's effect with 80% power at the measured per-seed spread (the same seeds exclude
+E with 80% power were the true effect 0).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import pandas as pd
 
 from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
-from ..pipeline.checks import BEST_OTHER, TEACHER
+from ..pipeline.checks import BEST_OTHER, TEACHER, UNBOUNDED
 from ..pipeline.jobs import armap_dlms, dlm_dpo_seeds, study_members, study_models, study_seeds
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
@@ -46,17 +46,16 @@ CONFIDENCE = 0.95
 MIN_SEEDS = 3
 FLOOR, CEILING = 0.05, 0.95  # a study whose compared runs all score outside these decides nothing
 TEACHER_FLOOR = 0.3  # default claims.teacher_floor: a benchmark the AR teacher scores below it shows nothing
-UNBOUNDED = ("likelihood",)  # benchmark kinds whose headline metric is not a score in [0, 1]
+POWER = 0.8  # an inconclusive claim is sized for this power at the paper's effect
 VERDICT_RULE = (
     f"paired t-test on the per-seed differences (scipy.stats) and the {CONFIDENCE:.0%} t confidence "
-    "interval of their mean. greater: holds when the interval lies above 0, does not hold when it lies "
-    "below 0 (or every difference is <= 0 with no spread); not_worse and near_best: hold when the mean "
-    f"difference is >= 0, do not hold when the interval lies below 0; otherwise, or with fewer than "
-    f"{MIN_SEEDS} seeds, inconclusive; with a margin m (the spread between machines) a greater claim "
-    "holds only at a mean difference >= m and does not hold once its interval lies below m, and a mean "
-    "difference down to -m counts as no worse; every compared run's mean below "
-    f"{FLOOR} or above {CEILING} on the claim's metric: degenerate; the AR teacher itself below "
-    "the teacher floor (claims.teacher_floor, default 0.3) on it: uninformative"
+    "interval of their mean, against the paper's effect E (the claim's 'paper effect'). greater: holds when "
+    "the interval lies above 0; does not hold only when it lies below E (smaller than the paper's effect, "
+    "or reversed); not_worse and near_best (E: the loss the claim tolerates): hold when the interval lies "
+    f"above -E, do not hold when it lies below -E; otherwise, or with fewer than {MIN_SEEDS} seeds, "
+    f"inconclusive, sized by the seeds that detect E with {POWER:.0%} power at the measured spread; every "
+    f"compared run's mean below {FLOOR} or above {CEILING} on the claim's metric: degenerate; the AR teacher "
+    "itself below the teacher floor (claims.teacher_floor, default 0.3) on it: uninformative"
 )
 
 
@@ -76,7 +75,7 @@ class Claim:
     metric: str | None = None
     decoding: str = "best"  # or lowest_threshold (benchmarks with one row per decoding setting)
     equal_flops: bool = False
-    margin: float | None = None  # None: claims.min_effect on scores in [0, 1], else 0
+    effect: dict | None = None  # the paper's effect: {value, unit: abs | rel, where}
     armap: dict | None = None  # {measure, merge[, lower, higher]}: see ARMAP_MEASURES
     quote: str | None = None  # the sentence of the paper's summary the claim tests (None: beyond the papers)
 
@@ -115,20 +114,21 @@ class Verdict:
     p: float  # two-sided paired t-test of mean difference 0
 
 
-def verdict(diffs: list[float], test: str, margin: float = 0.0) -> Verdict:
-    """The verdict on paired differences a - b under ``test``, effects within +-``margin`` read as
-    no difference (the rule: VERDICT_RULE)."""
+def verdict(diffs: list[float], test: str, effect: float) -> Verdict:
+    """The verdict on paired differences a - b under ``test``, against the paper's effect
+    ``effect`` > 0 (for not_worse and near_best: the loss tolerated; the rule: VERDICT_RULE)."""
     from scipy import stats
 
     if test not in ("greater", "not_worse", "near_best"):
         raise ValueError(f"unknown test {test!r} (known: greater, not_worse, near_best)")
+    if not effect >= 0:
+        raise ValueError(f"the paper's effect must be >= 0, got {effect!r}")
     n = len(diffs)
     s = pd.Series(diffs, dtype=float)
     mean, sd = float(s.mean()), float(s.std()) if n > 1 else float("nan")
+    few = f"inconclusive (fewer than {MIN_SEEDS} seeds)"
     if n < 2:
-        return Verdict(
-            f"inconclusive (fewer than {MIN_SEEDS} seeds)", mean, sd, (float("nan"), float("nan")), float("nan")
-        )
+        return Verdict(few, mean, sd, (float("nan"), float("nan")), float("nan"))
     if sd == 0:  # t is undefined; the interval is the point itself
         ci, p = (mean, mean), (1.0 if mean == 0 else 0.0)
     else:
@@ -136,53 +136,59 @@ def verdict(diffs: list[float], test: str, margin: float = 0.0) -> Verdict:
         low, high = res.confidence_interval(CONFIDENCE)
         ci, p = (float(low), float(high)), float(res.pvalue)
     if n < MIN_SEEDS:
-        return Verdict(f"inconclusive (fewer than {MIN_SEEDS} seeds)", mean, sd, ci, p)
+        return Verdict(few, mean, sd, ci, p)
     if test == "greater":
-        if ci[1] < 0 or (sd == 0 and mean <= 0):
-            v = "does not hold"
-        elif margin > 0 and ci[1] < margin:
-            v = f"does not hold (no gain beyond the cross-machine spread: the interval lies below +{margin:g})"
-        elif ci[0] > 0 and mean >= margin:
-            v = "holds"
+        if ci[0] > 0:
+            smaller = f" (an effect smaller than the paper's: the interval lies below +{effect:.4g})"
+            v = "holds" + (smaller if ci[1] < effect else "")
+        elif ci[1] < effect:
+            why = "reversed: the interval lies below 0" if ci[1] < 0 else f"the interval lies below +{effect:.4g}"
+            v = f"does not hold (the paper's effect excluded, {why})"
         else:
             v = "inconclusive"
+    elif ci[0] >= -effect:
+        v = "holds"
+    elif ci[1] < -effect:
+        v = f"does not hold (a loss beyond the tolerated {effect:.4g}: the interval lies below -{effect:.4g})"
     else:
-        v = "holds" if mean >= -margin else ("does not hold" if ci[1] < 0 else "inconclusive")
+        v = "inconclusive"
     return Verdict(v, mean, sd, ci, p)
 
 
 MAX_SEEDS = 1000  # beyond this the effect is too small against its spread to size
 
 
-def seeds_to_decide(mean: float, sd: float, margin: float = 0.0, test: str = "greater") -> int | None:
-    """The fewest seeds n (>= MIN_SEEDS) at which a mean difference ``mean`` with per-seed spread
-    ``sd`` is decided: its t interval, of half-width t(0.975, n - 1) * sd / sqrt(n), excludes 0
-    (an effect beyond the margin) or, for a ``greater`` claim whose effect lies below the margin
-    m, lies below m (half-width < m - mean). None when no number up to MAX_SEEDS would (no
-    effect, or one lost in its spread); MIN_SEEDS when there is no spread."""
+def seeds_for_power(effect: float, sd: float, power: float = POWER) -> int | None:
+    """The fewest seeds n (>= MIN_SEEDS) at which the paired t-test of the verdicts (two-sided, at
+    the interval's confidence) detects a true mean difference ``effect`` with per-seed spread ``sd``
+    with probability ``power``: P(t > t(0.975, n - 1)) under the noncentral t with n - 1 degrees of
+    freedom and noncentrality effect * sqrt(n) / sd. The same n excludes ``effect`` with that
+    probability when the true difference is 0. None when no number up to MAX_SEEDS would; MIN_SEEDS
+    when there is no spread."""
     from scipy import stats  # here, not at the top: the DAG build imports this module for claim_inputs
 
-    if math.isnan(mean) or math.isnan(sd):
-        return None
-    target = margin - mean if test == "greater" and margin > 0 and mean < margin else abs(mean)
-    if target == 0:
+    if math.isnan(effect) or math.isnan(sd) or effect <= 0:
         return None
     if sd == 0:
         return MIN_SEEDS
-    ok = lambda n: stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n) < target  # noqa: E731
+
+    def ok(n: int) -> bool:
+        crit = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1)
+        return stats.nct.sf(crit, n - 1, effect * math.sqrt(n) / sd) >= power
+
     if not ok(MAX_SEEDS):
         return None
-    lo, hi = MIN_SEEDS, MAX_SEEDS  # the half-width falls with n: bisect for the first n that decides
+    lo, hi = MIN_SEEDS, MAX_SEEDS  # power rises with n: bisect for the first n that reaches it
     while lo < hi:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
     return lo
 
 
-def judge(diffs: list[float], test: str, arms: dict[str, float] | None = None, margin: float = 0.0) -> Verdict:
+def judge(diffs: list[float], test: str, effect: float, arms: dict[str, float] | None = None) -> Verdict:
     """``verdict``, unless the runs compared (``arms``: each run's mean on the claim's metric, a
     score in [0, 1]) all sit at the floor or all at the ceiling: then the study is degenerate."""
-    v = verdict(diffs, test, margin)
+    v = verdict(diffs, test, effect)
     if (
         arms
         and len(diffs) >= MIN_SEEDS
@@ -254,7 +260,7 @@ def _armap_evals(config: dict) -> list[tuple[tuple, str, str]]:
 
 def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[str, float] | None]:
     """AR-MAP's differences (ARMAP_MEASURES), and for merged-vs-direct the two arms' means (scores in
-    [0, 1]: floors, ceilings and the margin apply; None otherwise)."""
+    [0, 1]: floors and ceilings apply; None otherwise)."""
     measure, merge = c.armap["measure"], c.armap["merge"]
     if measure == "merged_vs_direct":
         from .tables import headline_value
@@ -295,7 +301,7 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
 
 
 def _bounded_benchmark(config: dict, benchmark: str) -> bool:
-    """The benchmark's metrics are scores in [0, 1] (floors, ceilings and the margin apply)."""
+    """The benchmark's metrics are scores in [0, 1] (floors and ceilings apply)."""
     return config["eval"]["benchmarks"][benchmark]["kind"] not in UNBOUNDED
 
 
@@ -376,21 +382,34 @@ def unequal_flops(config: dict, c: Claim, spec: dict, runs: list[str]) -> str | 
     return None
 
 
-def _sizing(v: Verdict, test: str, margin: float = 0.0) -> str | None:
-    """For an inconclusive verdict, the seeds that would decide it at the measured effect and spread."""
+def paper_effect(c: Claim, diffs: list[float], arms: dict[str, float] | None) -> float:
+    """The claim's paper effect E in its measure: ``effect.value`` (unit ``abs``), or that percentage
+    of the compared arm's mean (unit ``rel``: the mean of the run's arm minus the mean difference)."""
+    value, unit = c.effect["value"], c.effect.get("unit", "abs")
+    if unit == "abs":
+        return value
+    if not arms or not diffs:
+        raise ValueError(f"claim {c.id}: a relative effect needs the compared arms' scores")
+    run_mean = arms.get(c.run, next(iter(arms.values())))  # the run's arm (AR-MAP's merged DLM: the first)
+    return value / 100 * max(run_mean - sum(diffs) / len(diffs), 0.0)
+
+
+def _effect_source(c: Claim) -> str:
+    e = c.effect
+    amount = f"{e['value']:g}% of the compared arm's mean" if e.get("unit") == "rel" else f"{e['value']:g}"
+    return f"{amount} ({e['where']})"
+
+
+def _sizing(v: Verdict, effect: float) -> str | None:
+    """For an inconclusive verdict, the seeds that detect the paper's effect with POWER at the measured spread."""
     if not v.verdict.startswith("inconclusive"):
         return None
     if math.isnan(v.sd):
         return "unsized (one seed measures no spread)"
-    n = seeds_to_decide(v.mean, v.sd, margin, test)
-    return f"> {MAX_SEEDS} (effect {v.mean:+.4f} lost in its spread)" if n is None else str(n)
-
-
-def _margin(config: dict, c: Claim, bounded: bool) -> float:
-    """The claim's own margin, else claims.min_effect where its metric is a score in [0, 1], else 0."""
-    if c.margin is not None:
-        return c.margin
-    return config.get("claims", {}).get("min_effect", 0.0) if bounded else 0.0
+    if effect == 0:
+        return "unsized (the paper's effect is 0 here)"
+    n = seeds_for_power(effect, v.sd)
+    return f"> {MAX_SEEDS} (the paper's effect lost in this spread)" if n is None else str(n)
 
 
 def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
@@ -403,8 +422,8 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
     else:
         diffs, measure, arms = _study_differences(config, c, spec)
         curve = effect_by_step(config, c, spec)
-    margin = _margin(config, c, arms is not None)
-    v = judge(diffs, c.direction, arms, margin)
+    effect = paper_effect(c, diffs, arms)
+    v = judge(diffs, c.direction, effect, arms)
     # no verdict where the comparison cannot decide it; the most basic reason is the one given
     compared = spec.get("runs", []) if c.against == BEST_OTHER else [c.run, c.against]
     if c.equal_flops and (why := unequal_flops(config, c, spec, compared)):
@@ -427,10 +446,12 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
         "p (paired t)": nan(v.p),
         "differences": ", ".join(f"{d:+.3f}" for d in diffs),
         "verdict": v.verdict,
-        "seeds to decide": _sizing(v, c.direction, margin),
+        "paper effect": round(effect, 4),
+        f"seeds for {POWER:.0%} power": _sizing(v, effect),
         "effect by training step": ", ".join(f"{k}: {d:+.3f}" for k, d in by_step.items()) or None,
         "pass@1 beside": _pass1_beside(config, c, spec),
         "quote": c.quote,
+        "effect from": _effect_source(c),
     }
     return row, curve
 
@@ -468,15 +489,17 @@ def claims_markdown(df: pd.DataFrame, preset: str) -> str:
         "",
         f"Verdict rule: {VERDICT_RULE}.",
         "",
-        "An inconclusive row's 'seeds to decide' is the fewest seeds whose interval would decide it (exclude 0, "
-        "or lie below the margin) at its "
-        "measured effect and per-seed spread. Where a study evaluates every checkpoint, 'effect by training step' "
-        "gives the mean difference at each step; the verdict is read at the largest budget, the final step.",
+        f"'paper effect' is E in the claim's measure (where it comes from: below). An inconclusive row's 'seeds for "
+        f"{POWER:.0%} power' is the fewest seeds at which the paired t-test detects E with that power at the "
+        "measured per-seed spread. Where a study evaluates every checkpoint, 'effect by training step' gives the "
+        "mean difference at each step; the verdict is read at the largest budget, the final step.",
         "",
     ]
-    quotes = ["", "## The sentences tested", ""] + [
+    quotes = ["", "## The sentences tested, and the paper's effect", ""] + [
         f"- **{r['id']}** ({r['paper']}): "
         + (f"“{r['quote']}”" if isinstance(r["quote"], str) else "beyond the papers (no sentence)")
+        + f" Paper effect: {r['effect from']}."
         for _, r in df.iterrows()
     ]
-    return "\n".join(head + [df.drop(columns=["quote"]).to_markdown(index=False)] + quotes + [""])
+    table = df.drop(columns=["quote", "effect from"]).to_markdown(index=False)
+    return "\n".join(head + [table] + quotes + [""])
