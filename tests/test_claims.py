@@ -223,7 +223,7 @@ def _interval(diffs: list[float]) -> tuple[float, float]:
         (-0.005, 0.01, 4, "not_worse", 0.03, "holds"),  # [-0.021, 0.011] above -0.03
         (-0.1, 0.015, 4, "not_worse", 0.03, "does not hold (a loss beyond the tolerated 0.03"),
         (-0.03, 0.06, 3, "near_best", 0.03, "inconclusive"),
-        (0.2, 0.05, 2, "greater", 0.061, "inconclusive (fewer than 3 seeds)"),
+        (0.2, 0.05, 2, "greater", 0.061, "inconclusive (fewer than 3 seeds; the 2 seeds' mean reproduces"),
     ],
 )
 def test_the_verdict_rule_on_differences_with_a_known_answer(mean, sd, n, test, effect, verdict):
@@ -353,4 +353,19 @@ def test_best_other_lowest_threshold_equal_flops_and_the_teacher_floor_read_know
         .set_index("id")
         .loc["best", "verdict"]
         .startswith("uninformative (the AR teacher itself scores 0.200 on synthetic_code")
+    )
+
+
+def test_fewer_than_three_seeds_say_whether_they_reproduce_the_papers_effect():
+    """The paper preset's one seed: never a verdict, but read against the paper's effect (at least
+    half of it for a greater claim, no loss beyond it for a not-worse one)."""
+    from ar2dlm.reporting.claims import judge
+
+    assert judge([0.04], "greater", 0.061).verdict == (
+        "inconclusive (fewer than 3 seeds; the one seed reproduces the paper: +0.0400, "
+        "at least 50% of the paper's +0.061)"
+    )
+    assert "the one seed does not reproduce the paper: +0.0200, below 50%" in judge([0.02], "greater", 0.061).verdict
+    assert "the 2 seeds' mean does not reproduce the paper: -0.0600, beyond the tolerated loss 0.03" in (
+        judge([-0.05, -0.07], "not_worse", 0.03).verdict
     )

@@ -16,7 +16,8 @@ stated effect with its reason where the paper gives none). Verdicts (``VERDICT_R
 - ``not_worse`` (``near_best``: against the best other run of the study): E is the loss the claim
   tolerates; holds when the interval lies above -E, does not hold when it lies below -E, else
   inconclusive.
-- Fewer than 3 seeds: inconclusive.
+- Fewer than 3 seeds: inconclusive, with whether their mean reproduces the paper's effect (at least
+  half of E; for not_worse, no loss beyond E): the paper preset runs one seed.
 - Every compared run's mean below 0.05 or every one above 0.95 on the claim's metric (a score in
   [0, 1]): degenerate, never a verdict (two floors, or two ceilings, compared).
 - The AR teacher itself below ``claims.teacher_floor`` (default 0.3) on that metric: uninformative,
@@ -47,13 +48,15 @@ MIN_SEEDS = 3
 FLOOR, CEILING = 0.05, 0.95  # a study whose compared runs all score outside these decides nothing
 TEACHER_FLOOR = 0.3  # default claims.teacher_floor: a benchmark the AR teacher scores below it shows nothing
 POWER = 0.8  # an inconclusive claim is sized for this power at the paper's effect
+REPRODUCED = 0.5  # a reading on fewer than MIN_SEEDS seeds reproduces the paper when it reaches this share of E
 VERDICT_RULE = (
     f"paired t-test on the per-seed differences (scipy.stats) and the {CONFIDENCE:.0%} t confidence "
     "interval of their mean, against the paper's effect E (the claim's 'paper effect'). greater: holds when "
     "the interval lies above 0; does not hold only when it lies below E (smaller than the paper's effect, "
     "or reversed); not_worse and near_best (E: the loss the claim tolerates): hold when the interval lies "
-    f"above -E, do not hold when it lies below -E; otherwise, or with fewer than {MIN_SEEDS} seeds, "
-    f"inconclusive, sized by the seeds that detect E with {POWER:.0%} power at the measured spread; every "
+    f"above -E, do not hold when it lies below -E; otherwise inconclusive, sized by the seeds that detect E "
+    f"with {POWER:.0%} power at the measured spread; with fewer than {MIN_SEEDS} seeds inconclusive, saying "
+    f"whether their mean reproduces the paper (at least {REPRODUCED:.0%} of E; not worse: no loss beyond E); every "
     f"compared run's mean below {FLOOR} or above {CEILING} on the claim's metric: degenerate; the AR teacher "
     "itself below the teacher floor (claims.teacher_floor, default 0.3) on it: uninformative"
 )
@@ -126,7 +129,7 @@ def verdict(diffs: list[float], test: str, effect: float) -> Verdict:
     n = len(diffs)
     s = pd.Series(diffs, dtype=float)
     mean, sd = float(s.mean()), float(s.std()) if n > 1 else float("nan")
-    few = f"inconclusive (fewer than {MIN_SEEDS} seeds)"
+    few = f"inconclusive (fewer than {MIN_SEEDS} seeds; {reproduction(mean, n, test, effect)})"
     if n < 2:
         return Verdict(few, mean, sd, (float("nan"), float("nan")), float("nan"))
     if sd == 0:  # t is undefined; the interval is the point itself
@@ -153,6 +156,21 @@ def verdict(diffs: list[float], test: str, effect: float) -> Verdict:
     else:
         v = "inconclusive"
     return Verdict(v, mean, sd, ci, p)
+
+
+def reproduction(mean: float, n: int, test: str, effect: float) -> str:
+    """What fewer than MIN_SEEDS seeds can say (the paper preset runs one): whether their mean effect
+    reproduces the paper's, for a greater claim at least REPRODUCED of E, for a not-worse claim no
+    loss beyond the E it tolerates. Not a verdict: no interval on so few seeds."""
+    if test == "greater":
+        ok = mean >= REPRODUCED * effect
+        bound = f"{'at least' if ok else 'below'} {REPRODUCED:.0%} of the paper's +{effect:.4g}"
+    else:
+        ok = mean >= -effect
+        bound = f"{'within' if ok else 'beyond'} the tolerated loss {effect:.4g}"
+    if n == 1:
+        return f"the one seed {'reproduces' if ok else 'does not reproduce'} the paper: {mean:+.4f}, {bound}"
+    return f"the {n} seeds' mean {'reproduces' if ok else 'does not reproduce'} the paper: {mean:+.4f}, {bound}"
 
 
 MAX_SEEDS = 1000  # beyond this the effect is too small against its spread to size
