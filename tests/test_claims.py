@@ -369,3 +369,39 @@ def test_fewer_than_three_seeds_say_whether_they_reproduce_the_papers_effect():
     assert "the 2 seeds' mean does not reproduce the paper: -0.0600, beyond the tolerated loss 0.03" in (
         judge([-0.05, -0.07], "not_worse", 0.03).verdict
     )
+
+
+def test_a_training_throughput_claim_reads_the_manifests_against_a_relative_effect(tiny):
+    """benchmark: training reads each run's tokens over its training seconds (no evaluation, no
+    teacher); a ~1.5x speed-up against the paper's ~2x (+100%) holds, noted as smaller than the paper's."""
+    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.config import ConfigError
+    from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
+
+    tiny["claims"]["judged"] = {
+        "thr": _claim(
+            study="repr_align/freezing",
+            run="ra_freeze",
+            against="ra",
+            benchmark="training",
+            metric="tokens_per_s",
+            effect={"value": 100, "unit": "rel", "where": "t"},
+        )
+    }
+    check_claims(tiny)
+    inputs = claim_inputs(tiny)
+    assert inputs and all(p.endswith("train.json") for p in inputs)
+    seconds = {"ra": [1.0, 1.1, 0.9], "ra_freeze": [0.7, 0.72, 0.61]}
+    for path in map(Path, inputs):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        run, seed = path.parts[3], int(path.parts[4].removeprefix("seed"))
+        path.write_text(json.dumps({"tokens": 1000, "train_seconds": seconds[run][seed]}))
+    row = evaluate_claims(tiny)[0].iloc[0]
+    diffs = [1000 / f - 1000 / r for f, r in zip(seconds["ra_freeze"], seconds["ra"])]
+    assert row["effect"] == pytest.approx(sum(diffs) / 3, abs=1e-3)
+    assert row["paper effect"] == pytest.approx(sum(1000 / r for r in seconds["ra"]) / 3, abs=1e-3)  # 100% of ra's
+    assert row["95% CI"] == "[{:+.4f}, {:+.4f}]".format(*_interval(diffs))
+    assert row["verdict"].startswith("holds (an effect smaller than the paper's")  # faster, but not 2x
+    tiny["claims"]["judged"]["thr"]["against"] = "teacher"
+    with pytest.raises(ConfigError, match=r"claims\.judged\.thr\.against.*no conversion run"):
+        check_claims(tiny)

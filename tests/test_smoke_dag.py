@@ -168,7 +168,8 @@ def test_tables_figures_and_claims(smoke_run):
     }
     low = teacher["synthetic_code"]["base_pass@1"] < 0.3
     for _, row in claims.iterrows():
-        if row["study"] in ("repr_align/metric", "repr_align/freezing", "combined") and low:
+        scores = not row["measure"].startswith("training ")  # training tokens/s: no teacher floor
+        if row["study"] in ("repr_align/metric", "repr_align/freezing", "combined") and low and scores:
             assert row["verdict"].startswith("uninformative (the AR teacher itself scores"), row.to_dict()
         elif row["id"] == "armap_maths_gamma_lower":  # one difference per DLM (mdlm, combined)
             assert row["seeds"] == 2 and row["verdict"].startswith("inconclusive (fewer than 3 seeds;"), row.to_dict()
@@ -184,7 +185,7 @@ def test_tables_figures_and_claims(smoke_run):
             assert row["verdict"].startswith(("inconclusive (fewer than 3 seeds; the one seed", "uninformative")), (
                 row.to_dict()
             )
-    assert len(claims) == 15 and pd.notna(claims.loc[claims["study"] == "combined", "effect"]).all()
+    assert len(claims) == 17 and pd.notna(claims.loc[claims["study"] == "combined", "effect"]).all()
     assert (results / "claims_by_step.pdf").stat().st_size > 0
     shift = claims.set_index("id").loc["no_shift_beats_shift", "effect by training step"]
     assert [int(part.split(":")[0]) for part in shift.split(", ")] == [2, 4]  # every checkpoint of ed and ed_shift

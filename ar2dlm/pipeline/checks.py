@@ -515,6 +515,8 @@ def check_armap(config: dict) -> None:
 
 TEACHER, BEST_OTHER = "teacher", "best_other"  # what a claim may compare with besides a run of its study
 UNBOUNDED = ("likelihood",)  # benchmark kinds whose headline metric is not a score in [0, 1]
+# a claim's benchmark may also be the runs' training itself (their manifests), on one of these metrics
+TRAINING, TRAINING_METRICS = "training", ("tokens_per_s",)
 STUDY_CLAIM_KEYS = ("study", "run", "against", "model", "benchmark", "metric", "decoding", "equal_flops")
 
 
@@ -546,12 +548,13 @@ def check_claims(config: dict) -> None:
                 raise ConfigError(f"{key}.study", f"{c['study']!r} is not a key of studies")
             check_claim_runs(config, key, c)
             check_claim_metric(config, key, c)
-            relative_ok = config["eval"]["benchmarks"][c["benchmark"]]["kind"] not in UNBOUNDED
+            bench = c["benchmark"]
+            relative_ok = bench == TRAINING or config["eval"]["benchmarks"][bench]["kind"] not in UNBOUNDED
         if c["effect"].get("unit") == "rel" and not relative_ok:
             raise ConfigError(
                 f"{key}.effect.unit",
-                "rel (percent of the compared arm's mean) needs scores in [0, 1]: a study claim on a scored "
-                "benchmark, or AR-MAP's merged_vs_direct; give the effect in the claim's measure (abs)",
+                "rel (percent of the compared arm's mean) needs a study claim on a scored benchmark or on "
+                "training, or AR-MAP's merged_vs_direct; give the effect in the claim's measure (abs)",
             )
 
 
@@ -610,6 +613,13 @@ def check_claim_runs(config: dict, key: str, c: dict) -> None:
 def check_claim_metric(config: dict, key: str, c: dict) -> None:
     """The claim's benchmark is one of its study's, and writes the metric it reads."""
     study, name, metric = c["study"], c["benchmark"], c["metric"]
+    if name == TRAINING:
+        if metric not in TRAINING_METRICS:
+            known = ", ".join(TRAINING_METRICS)
+            raise ConfigError(f"{key}.metric", f"{metric!r} is not a metric of training ({known})")
+        if c["against"] == TEACHER:
+            raise ConfigError(f"{key}.against", "the AR teacher has no conversion run to read training from")
+        return
     if name not in config["studies"][study]["evals"]:
         raise ConfigError(
             f"{key}.benchmark",

@@ -38,7 +38,7 @@ import pandas as pd
 
 from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
-from ..pipeline.checks import BEST_OTHER, TEACHER, UNBOUNDED
+from ..pipeline.checks import BEST_OTHER, TEACHER, TRAINING, UNBOUNDED
 from ..pipeline.jobs import armap_dlms, dlm_dpo_seeds, study_members, study_models, study_seeds
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
@@ -96,6 +96,9 @@ def _value(config: dict, c: Claim, run: str, seed, step=None, decoding: str | No
     """A run's score on the claim's benchmark, model and metric at ``step`` (default: its final
     step), or the teacher's; for a benchmark with one row per decoding setting, the best row or the
     mean over the rows at the lowest threshold (``decoding``, default the claim's)."""
+    if c.benchmark == TRAINING:  # the run's training throughput, from its manifest
+        manifest = read_json(layout.conversion_manifest(claim_model(config, c), run, seed))
+        return manifest["tokens"] / manifest["train_seconds"]
     step = None if run == TEACHER else step or resolve_run(config, run)["training"]["steps"]
     res = read_json(layout.eval_path(c.benchmark, claim_model(config, c), run, seed, step))
     if not BENCHMARK_KINDS[config["eval"]["benchmarks"][c.benchmark]["kind"]].rows:
@@ -246,11 +249,14 @@ def claim_inputs(config: dict) -> list[str]:
             ]
             continue
         model = claim_model(config, c)
-        paths.append(layout.eval_path(c.benchmark, model, TEACHER))
+        training = c.benchmark == TRAINING
+        if not training:
+            paths.append(layout.eval_path(c.benchmark, model, TEACHER))
         for m in study_members(config, c.study):
             if m.model == model:
-                paths += [layout.eval_path(c.benchmark, model, m.run, s, k) for s in m.seeds for k in m.steps]
-                if c.equal_flops:
+                if not training:
+                    paths += [layout.eval_path(c.benchmark, model, m.run, s, k) for s in m.seeds for k in m.steps]
+                if c.equal_flops or training:
                     paths += [layout.conversion_manifest(model, m.run, s) for s in m.seeds]
     return sorted(set(paths))
 
@@ -277,8 +283,8 @@ def _armap_evals(config: dict) -> list[tuple[tuple, str, str]]:
 
 
 def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[str, float] | None]:
-    """AR-MAP's differences (ARMAP_MEASURES), and for merged-vs-direct the two arms' means (scores in
-    [0, 1]: floors and ceilings apply; None otherwise)."""
+    """AR-MAP's differences (ARMAP_MEASURES), and for merged-vs-direct the two arms' means (None
+    otherwise)."""
     measure, merge = c.armap["measure"], c.armap["merge"]
     if measure == "merged_vs_direct":
         from .tables import headline_value
@@ -291,9 +297,8 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
             direct.append(
                 headline_value(config, b, read_json(layout.derived_eval_path(b, *d, layout.dlm_dpo_name(pd_))))
             )
-        bounded = all(_bounded_benchmark(config, b) for _, _, b in _armap_evals(config))
         mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
-        arms = {f"AR-MAP ({merge})": mean(merged), "DLM DPO (direct)": mean(direct)} if bounded else None
+        arms = {f"AR-MAP ({merge})": mean(merged), "DLM DPO (direct)": mean(direct)}
         cells = ", ".join(sorted({f"{pd_}: {b}" for _, pd_, b in _armap_evals(config)}))
         return [x - y for x, y in zip(merged, direct)], f"{ARMAP_MEASURES[measure]} ({cells})", arms
     diffs = []
@@ -319,16 +324,21 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
 
 
 def _bounded_benchmark(config: dict, benchmark: str) -> bool:
-    """The benchmark's metrics are scores in [0, 1] (floors and ceilings apply)."""
-    return config["eval"]["benchmarks"][benchmark]["kind"] not in UNBOUNDED
+    """The benchmark's metrics are scores in [0, 1] (floors and ceilings apply; not training's)."""
+    return benchmark != TRAINING and config["eval"]["benchmarks"][benchmark]["kind"] not in UNBOUNDED
 
 
 def _bounded(config: dict, c: Claim) -> bool:
+    """The claim compares scores in [0, 1]: floors, ceilings and the teacher floor apply."""
+    if c.armap:
+        return c.armap["measure"] == "merged_vs_direct" and all(
+            _bounded_benchmark(config, b) for _, _, b in _armap_evals(config)
+        )
     return _bounded_benchmark(config, c.benchmark)
 
 
-def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str, dict[str, float] | None]:
-    """Per-seed differences, what they measure, and each compared run's mean (None: unbounded metric)."""
+def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str, dict[str, float]]:
+    """Per-seed differences, what they measure, and each compared run's mean."""
     a, b = c.run, c.against
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
     if b == BEST_OTHER:  # against the best other run of the study (by its mean over the paired seeds)
@@ -338,7 +348,7 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
         return (
             [x - y for x, y in zip(means[a], means[best])],
             f"{c.benchmark} {c.metric}: {a} minus the best other run ({best})",
-            {r: mean(v) for r, v in means.items()} if _bounded(config, c) else None,
+            {r: mean(v) for r, v in means.items()},
         )
     seeds = _paired_seeds(config, spec, [a] + ([] if b == TEACHER else [b]))
     va = [_value(config, c, a, s) for s in seeds]
@@ -348,8 +358,7 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
         + (" at the lowest threshold" if c.decoding == "lowest_threshold" else "")
         + f": {a} minus {b}"
     )
-    arms = {a: mean(va), b: mean(vb)} if _bounded(config, c) else None
-    return [x - y for x, y in zip(va, vb)], measure, arms
+    return [x - y for x, y in zip(va, vb)], measure, {a: mean(va), b: mean(vb)}
 
 
 def effect_by_step(config: dict, c: Claim, spec: dict) -> dict[int, list[float]]:
@@ -441,12 +450,13 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
         diffs, measure, arms = _study_differences(config, c, spec)
         curve = effect_by_step(config, c, spec)
     effect = paper_effect(c, diffs, arms)
-    v = judge(diffs, c.direction, effect, arms)
+    bounded = _bounded(config, c)
+    v = judge(diffs, c.direction, effect, arms if bounded else None)
     # no verdict where the comparison cannot decide it; the most basic reason is the one given
     compared = spec.get("runs", []) if c.against == BEST_OTHER else [c.run, c.against]
     if c.equal_flops and (why := unequal_flops(config, c, spec, compared)):
         v = Verdict(why, v.mean, v.sd, v.ci, v.p)
-    if not c.armap and arms is not None and c.against != TEACHER and (low := teacher_below_floor(config, c)):
+    if not c.armap and bounded and c.against != TEACHER and (low := teacher_below_floor(config, c)):
         v = Verdict(low, v.mean, v.sd, v.ci, v.p)
     nan = lambda x: None if math.isnan(x) else round(x, 4)  # noqa: E731
     by_step = {k: sum(d) / len(d) for k, d in curve.items()}
