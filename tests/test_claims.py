@@ -405,3 +405,30 @@ def test_a_training_throughput_claim_reads_the_manifests_against_a_relative_effe
     tiny["claims"]["judged"]["thr"]["against"] = "teacher"
     with pytest.raises(ConfigError, match=r"claims\.judged\.thr\.against.*no conversion run"):
         check_claims(tiny)
+
+
+def test_spectral_shadowing_reads_the_spectra_in_orders_of_magnitude(tiny):
+    """The shadowing measure is log10 of the median over weight matrices of tau_diffusion's spectral
+    norm over tau_pref's, one difference per DLM and domain, judged against one order of magnitude;
+    it names no merge (the spectra come before any)."""
+    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.config import ConfigError
+    from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
+
+    shadow = {**_armap_claim("shadowing"), "effect": {"value": 1, "where": "t"}}
+    del shadow["armap"]["merge"]
+    tiny["claims"]["judged"] = {"shadow": shadow}
+    check_claims(tiny)
+    inputs = claim_inputs(tiny)
+    assert len(inputs) == 6 and all(p.endswith("spectra.csv") for p in inputs)  # 3 seeds x code, math
+    for i, path in enumerate(map(Path, inputs)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # median 10 ** (2 + 0.1 i); a matrix LoRA leaves untouched has no ratio (inf) and is left out
+        ratios = [10 ** (1.5 + 0.1 * i), 10 ** (2.0 + 0.1 * i), 1e9, float("inf"), float("inf")]
+        path.write_text("parameter,shadowing_ratio\n" + "".join(f"w{k},{r}\n" for k, r in enumerate(ratios)))
+    row = evaluate_claims(tiny)[0].iloc[0]
+    assert row["seeds"] == 6 and row["effect"] == pytest.approx(2.25)
+    assert row["verdict"] == "holds" and row["paper effect"] == 1
+    shadow["armap"]["merge"] = "task_arithmetic"
+    with pytest.raises(ConfigError, match=r"claims\.judged\.shadow\.armap\.merge.*before any merge"):
+        check_claims(tiny)

@@ -526,7 +526,7 @@ def _claims(config: dict) -> dict:
 
 def claim_merges(config: dict) -> set[str]:
     """The merges whose gamma searches AR-MAP's claims read."""
-    return {c["armap"]["merge"] for c in _claims(config).values() if "armap" in c}
+    return {c["armap"]["merge"] for c in _claims(config).values() if "merge" in c.get("armap", {})}
 
 
 def check_claims(config: dict) -> None:
@@ -561,7 +561,13 @@ def check_claims(config: dict) -> None:
 def check_armap_claim(config: dict, key: str, spec: dict) -> None:
     """An AR-MAP claim's merge is searched (and, compared with direct DLM DPO, evaluated), and the
     domains it orders are searched."""
-    a, merge = config["armap"], spec["merge"]
+    a, merge = config["armap"], spec.get("merge")
+    if spec["measure"] == "shadowing":  # the task vectors' spectra: before any merge
+        if merge is not None:
+            raise ConfigError(f"{key}.armap.merge", "shadowing reads the task vectors' spectra, before any merge")
+        return
+    if merge is None:
+        raise ConfigError(f"{key}.armap.merge", f"{spec['measure']} reads a merge's gamma searches: name one")
     if merge not in a["merges"]:
         raise ConfigError(f"{key}.armap.merge", f"{merge!r} is not a key of armap.merges ({', '.join(a['merges'])})")
     if spec["measure"] == "merged_vs_direct":

@@ -241,6 +241,9 @@ def claim_inputs(config: dict) -> list[str]:
                 for name in (layout.armap_name(pd_, c.armap["merge"]), layout.dlm_dpo_name(pd_))
             ]
             continue
+        if c.armap and c.armap["measure"] == "shadowing":
+            paths += [layout.spectra_csv(*d, pd_) for d in armap_dlms(config) for pd_ in config["armap"]["domains"]]
+            continue
         if c.armap:
             paths += [
                 layout.gamma_curve(*d, pd_, c.armap["merge"])
@@ -266,6 +269,7 @@ ARMAP_MEASURES = {
     "vs_gamma_one": "test reward accuracy at gamma_hat minus at gamma 1",
     "merged_vs_direct": "the merged DLM (gamma_hat) minus the DLM DPO'd directly, on each domain's benchmarks",
     "gamma_order": "gamma_hat of the higher domain minus that of the lower domain",
+    "shadowing": "log10 of the median over weight matrices of spectral_norm(tau_diffusion) / spectral_norm(tau_pref)",
 }
 
 
@@ -285,7 +289,14 @@ def _armap_evals(config: dict) -> list[tuple[tuple, str, str]]:
 def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[str, float] | None]:
     """AR-MAP's differences (ARMAP_MEASURES), and for merged-vs-direct the two arms' means (None
     otherwise)."""
-    measure, merge = c.armap["measure"], c.armap["merge"]
+    measure, merge = c.armap["measure"], c.armap.get("merge")
+    if measure == "shadowing":  # per DLM and domain: how many orders of magnitude tau_diffusion's norms lie above
+        diffs = [
+            math.log10(_finite(pd.read_csv(layout.spectra_csv(*d, pd_))["shadowing_ratio"]).median())
+            for d in armap_dlms(config)
+            for pd_ in config["armap"]["domains"]
+        ]
+        return diffs, ARMAP_MEASURES[measure], None
     if measure == "merged_vs_direct":
         from .tables import headline_value
 
@@ -321,6 +332,11 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
     if measure == "gamma_order":
         text = f"gamma_hat of {c.armap['higher']} minus gamma_hat of {c.armap['lower']}"
     return diffs, f"{text} ({merge})", None
+
+
+def _finite(ratios: pd.Series) -> pd.Series:
+    """The ratios of the matrices the preference vector moves (LoRA leaves the others at 0: ratio inf)."""
+    return ratios[ratios.map(math.isfinite)]
 
 
 def _bounded_benchmark(config: dict, benchmark: str) -> bool:
