@@ -240,6 +240,7 @@ def claim_inputs(config: dict) -> list[str]:
                 for d, pd_, b in _armap_evals(config)
                 for name in (layout.armap_name(pd_, c.armap["merge"]), layout.dlm_dpo_name(pd_))
             ]
+            paths += [layout.eval_path(b, d.model, TEACHER) for d, _, b in _armap_evals(config)]  # its floor
             continue
         if c.armap and c.armap["measure"] == "shadowing":
             paths += [layout.spectra_csv(*d, pd_) for d in armap_dlms(config) for pd_ in config["armap"]["domains"]]
@@ -300,8 +301,15 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
     if measure == "merged_vs_direct":
         from .tables import headline_value
 
+        floor = config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
+        teacher = {
+            (d.model, b): headline_value(config, b, read_json(layout.eval_path(b, d.model, TEACHER)))
+            for d, _, b in _armap_evals(config)
+        }
+        cells = [(d, pd_, b) for d, pd_, b in _armap_evals(config) if teacher[d.model, b] >= floor]
+        below = sorted({f"{b} ({score:.3f})" for (_, b), score in teacher.items() if score < floor})
         merged, direct = [], []
-        for d, pd_, b in _armap_evals(config):
+        for d, pd_, b in cells:
             merged.append(
                 headline_value(config, b, read_json(layout.derived_eval_path(b, *d, layout.armap_name(pd_, merge))))
             )
@@ -310,8 +318,10 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
             )
         mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
         arms = {f"AR-MAP ({merge})": mean(merged), "DLM DPO (direct)": mean(direct)}
-        cells = ", ".join(sorted({f"{pd_}: {b}" for _, pd_, b in _armap_evals(config)}))
-        return [x - y for x, y in zip(merged, direct)], f"{ARMAP_MEASURES[measure]} ({cells})", arms
+        read = ", ".join(sorted({f"{pd_}: {b}" for _, pd_, b in cells}))
+        if below:  # a benchmark the AR teacher cannot do shows nothing of what the transfer keeps
+            read += f"; left out, the AR teacher below {floor}: {', '.join(below)}"
+        return [x - y for x, y in zip(merged, direct)], f"{ARMAP_MEASURES[measure]} ({read})", arms
     diffs = []
     for d in armap_dlms(config):
         curves = {
@@ -465,9 +475,14 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
     else:
         diffs, measure, arms = _study_differences(config, c, spec)
         curve = effect_by_step(config, c, spec)
-    effect = paper_effect(c, diffs, arms)
-    bounded = _bounded(config, c)
-    v = judge(diffs, c.direction, effect, arms if bounded else None)
+    if not diffs:  # e.g. AR-MAP's cells all on benchmarks the AR teacher cannot do
+        missing = float("nan")
+        effect, bounded = missing, False
+        v = Verdict(f"uninformative (nothing to compare: {measure})", missing, missing, (missing, missing), missing)
+    else:
+        effect = paper_effect(c, diffs, arms)
+        bounded = _bounded(config, c)
+        v = judge(diffs, c.direction, effect, arms if bounded else None)
     # no verdict where the comparison cannot decide it; the most basic reason is the one given
     compared = spec.get("runs", []) if c.against == BEST_OTHER else [c.run, c.against]
     if c.equal_flops and (why := unequal_flops(config, c, spec, compared)):
