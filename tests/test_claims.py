@@ -438,3 +438,54 @@ def test_spectral_shadowing_reads_the_spectra_in_orders_of_magnitude(tiny):
     shadow["armap"]["merge"] = "task_arithmetic"
     with pytest.raises(ConfigError, match=r"claims\.judged\.shadow\.armap\.merge.*before any merge"):
         check_claims(tiny)
+
+
+def test_a_claim_on_several_benchmarks_reads_the_mean_over_those_the_teacher_can_do(tiny):
+    """benchmark: [..], metric: headline: each run's score is the mean of the benchmarks' headline
+    metrics (pass@1, accuracy) over those the AR teacher scores at least the floor on; the others are
+    named in the measure; none left: uninformative."""
+    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.config import ConfigError
+    from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
+
+    tiny["studies"]["efficient_dlm/attention"]["evals"] = ["synthetic_code", "arith_choice", "arithmetic"]
+    benches = ["synthetic_code", "arith_choice", "arithmetic"]
+    tiny["claims"]["judged"] = {
+        "mean": _claim(
+            study="efficient_dlm/attention",
+            run="ed",
+            against="ed_bidir",
+            benchmark=benches,
+            metric="headline",
+            effect={"value": 19, "unit": "rel", "where": "t"},
+        )
+    }
+    check_claims(tiny)
+    teacher = {"synthetic_code": 0.8, "arith_choice": 0.6, "arithmetic": 0.17}
+    gap = {"synthetic_code": [0.1, 0.2, 0.3], "arith_choice": [0.0, 0.05, 0.1], "arithmetic": [-0.5, -0.5, -0.5]}
+    for path in map(Path, claim_inputs(tiny)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        bench, run = path.parts[2], "teacher" if path.name == "teacher.json" else path.parts[4]
+        seed = None if run == "teacher" else int(path.parts[5].removeprefix("seed"))
+        score = teacher[bench] if run == "teacher" else 0.4 + (gap[bench][seed] if run == "ed" else 0.0)
+        path.write_text(json.dumps({"metrics": {m: score for m in METRICS}}))
+    row = evaluate_claims(tiny)[0].iloc[0]
+    assert row["measure"] == (
+        "mean headline score over synthetic_code, arith_choice (left out, the AR teacher below 0.3: "
+        "arithmetic (0.170)): ed minus ed_bidir"
+    )
+    diffs = [(0.1 + 0.0) / 2, (0.2 + 0.05) / 2, (0.3 + 0.1) / 2]
+    assert row["effect"] == pytest.approx(sum(diffs) / 3, abs=1e-4) and row["paper effect"] == pytest.approx(0.076)
+    assert row["95% CI"] == "[{:+.4f}, {:+.4f}]".format(*_interval(diffs))
+    tiny["claims"]["judged"]["mean"]["metric"] = "base_pass@1"
+    with pytest.raises(ConfigError, match=r"claims\.judged\.mean\.metric.*several benchmarks reads each one's"):
+        check_claims(tiny)
+    tiny["claims"]["judged"]["mean"]["metric"] = "headline"
+    teacher.update(synthetic_code=0.1, arith_choice=0.2)
+    Path("results/eval/synthetic_code/tiny/teacher.json").write_text(json.dumps({"metrics": {m: 0.1 for m in METRICS}}))
+    Path("results/eval/arith_choice/tiny/teacher.json").write_text(json.dumps({"metrics": {m: 0.2 for m in METRICS}}))
+    assert (
+        evaluate_claims(tiny)[0]
+        .iloc[0]["verdict"]
+        .startswith("uninformative (the AR teacher itself scores below 0.3 on every benchmark")
+    )

@@ -517,6 +517,7 @@ TEACHER, BEST_OTHER = "teacher", "best_other"  # what a claim may compare with b
 UNBOUNDED = ("likelihood",)  # benchmark kinds whose headline metric is not a score in [0, 1]
 # a claim's benchmark may also be the runs' training itself (their manifests), on one of these metrics
 TRAINING, TRAINING_METRICS = "training", ("tokens_per_s",)
+HEADLINE = "headline"  # the metric of a claim on several benchmarks: each one's headline, averaged
 STUDY_CLAIM_KEYS = ("study", "run", "against", "model", "benchmark", "metric", "decoding", "equal_flops")
 
 
@@ -548,8 +549,10 @@ def check_claims(config: dict) -> None:
                 raise ConfigError(f"{key}.study", f"{c['study']!r} is not a key of studies")
             check_claim_runs(config, key, c)
             check_claim_metric(config, key, c)
-            bench = c["benchmark"]
-            relative_ok = bench == TRAINING or config["eval"]["benchmarks"][bench]["kind"] not in UNBOUNDED
+            benches = c["benchmark"] if isinstance(c["benchmark"], list) else [c["benchmark"]]
+            relative_ok = all(
+                b == TRAINING or config["eval"]["benchmarks"][b]["kind"] not in UNBOUNDED for b in benches
+            )
         if c["effect"].get("unit") == "rel" and not relative_ok:
             raise ConfigError(
                 f"{key}.effect.unit",
@@ -619,6 +622,12 @@ def check_claim_runs(config: dict, key: str, c: dict) -> None:
 def check_claim_metric(config: dict, key: str, c: dict) -> None:
     """The claim's benchmark is one of its study's, and writes the metric it reads."""
     study, name, metric = c["study"], c["benchmark"], c["metric"]
+    if isinstance(name, list):  # the mean over several benchmarks, each on its headline metric
+        if metric != HEADLINE:
+            raise ConfigError(f"{key}.metric", f"a claim on several benchmarks reads each one's {HEADLINE!r} metric")
+        for b in name:
+            check_claim_metric(config, key, {**c, "benchmark": b, "metric": "headline"})
+        return
     if name == TRAINING:
         if metric not in TRAINING_METRICS:
             known = ", ".join(TRAINING_METRICS)
@@ -633,6 +642,10 @@ def check_claim_metric(config: dict, key: str, c: dict) -> None:
         )
     bench = benchmark_settings(config, name)
     kind = BENCHMARK_KINDS[bench["kind"]]
+    if metric == HEADLINE:
+        if bench["kind"] in UNBOUNDED:
+            raise ConfigError(f"{key}.benchmark", f"{name} (kind {bench['kind']}) has no score in [0, 1] to average")
+        return
     if metric not in kind.metrics:
         raise ConfigError(
             f"{key}.metric",

@@ -92,10 +92,45 @@ def claim_model(config: dict, c: Claim) -> str:
     return c.model or study_models(config, config["studies"][c.study])[0]
 
 
+def _informative(config: dict, c: Claim) -> tuple[list[str], list[str]]:
+    """(read, left out) of a claim's benchmarks: a claim on several reads the mean over those the AR
+    teacher scores at least claims.teacher_floor on (its headline metric; the paper's average over
+    its tasks); a claim on one reads it."""
+    if not isinstance(c.benchmark, list):
+        return [c.benchmark], []
+    from .tables import headline_value
+
+    floor = config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
+    model = claim_model(config, c)
+    score = {b: headline_value(config, b, read_json(layout.eval_path(b, model, TEACHER))) for b in c.benchmark}
+    return [b for b in c.benchmark if score[b] >= floor], [
+        f"{b} ({score[b]:.3f})" for b in c.benchmark if score[b] < floor
+    ]
+
+
+def _label(config: dict, c: Claim) -> str:
+    """What a claim's score is, in its report row."""
+    if not isinstance(c.benchmark, list):
+        return f"{c.benchmark} {c.metric}"
+    read, left = _informative(config, c)
+    floor = config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
+    return f"mean headline score over {', '.join(read) or 'none'}" + (
+        f" (left out, the AR teacher below {floor}: {', '.join(left)})" if left else ""
+    )
+
+
 def _value(config: dict, c: Claim, run: str, seed, step=None, decoding: str | None = None) -> float:
     """A run's score on the claim's benchmark, model and metric at ``step`` (default: its final
     step), or the teacher's; for a benchmark with one row per decoding setting, the best row or the
-    mean over the rows at the lowest threshold (``decoding``, default the claim's)."""
+    mean over the rows at the lowest threshold (``decoding``, default the claim's); for a claim on
+    several benchmarks, the mean of their headline metrics over those the teacher can do."""
+    if isinstance(c.benchmark, list):
+        from .tables import headline_metric
+
+        one = [replace(c, benchmark=b, metric=headline_metric(config, b)) for b in _informative(config, c)[0]]
+        if not one:  # the teacher can do none of them: uninformative (judge_claim says so)
+            return float("nan")
+        return sum(_value(config, x, run, seed, step, decoding) for x in one) / len(one)
     if c.benchmark == TRAINING:  # the run's training throughput, from its manifest
         manifest = read_json(layout.conversion_manifest(claim_model(config, c), run, seed))
         return manifest["tokens"] / manifest["train_seconds"]
@@ -254,12 +289,11 @@ def claim_inputs(config: dict) -> list[str]:
             continue
         model = claim_model(config, c)
         training = c.benchmark == TRAINING
-        if not training:
-            paths.append(layout.eval_path(c.benchmark, model, TEACHER))
+        benchmarks = [] if training else c.benchmark if isinstance(c.benchmark, list) else [c.benchmark]
+        paths += [layout.eval_path(b, model, TEACHER) for b in benchmarks]
         for m in study_members(config, c.study):
             if m.model == model:
-                if not training:
-                    paths += [layout.eval_path(c.benchmark, model, m.run, s, k) for s in m.seeds for k in m.steps]
+                paths += [layout.eval_path(b, model, m.run, s, k) for b in benchmarks for s in m.seeds for k in m.steps]
                 if c.equal_flops or training:
                     paths += [layout.conversion_manifest(model, m.run, s) for s in m.seeds]
     return sorted(set(paths))
@@ -360,7 +394,7 @@ def _bounded(config: dict, c: Claim) -> bool:
         return c.armap["measure"] == "merged_vs_direct" and all(
             _bounded_benchmark(config, b) for _, _, b in _armap_evals(config)
         )
-    return _bounded_benchmark(config, c.benchmark)
+    return all(_bounded_benchmark(config, b) for b in (c.benchmark if isinstance(c.benchmark, list) else [c.benchmark]))
 
 
 def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str, dict[str, float]]:
@@ -373,14 +407,14 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
         best = max((r for r in spec["runs"] if r != a), key=lambda r: sum(means[r]))
         return (
             [x - y for x, y in zip(means[a], means[best])],
-            f"{c.benchmark} {c.metric}: {a} minus the best other run ({best})",
+            f"{_label(config, c)}: {a} minus the best other run ({best})",
             {r: mean(v) for r, v in means.items()},
         )
     seeds = _paired_seeds(config, spec, [a] + ([] if b == TEACHER else [b]))
     va = [_value(config, c, a, s) for s in seeds]
     vb = [_value(config, c, b, None if b == TEACHER else s) for s in seeds]
     measure = (
-        f"{c.benchmark} {c.metric}"
+        _label(config, c)
         + (" at the lowest threshold" if c.decoding == "lowest_threshold" else "")
         + f": {a} minus {b}"
     )
@@ -407,6 +441,11 @@ def teacher_below_floor(config: dict, c: Claim) -> str | None:
     """Why a claim's benchmark cannot decide it: the AR teacher's own score there is below
     ``claims.teacher_floor`` (default TEACHER_FLOOR; None when it is not)."""
     floor = config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
+    if isinstance(c.benchmark, list):
+        left = _informative(config, c)[1]
+        if len(left) == len(c.benchmark):
+            return f"uninformative (the AR teacher itself scores below {floor} on every benchmark: {', '.join(left)})"
+        return None
     score = _value(config, c, TEACHER, None, decoding="best")  # its one decoding setting
     if score < floor:
         return (
@@ -480,9 +519,9 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
         effect, bounded = missing, False
         v = Verdict(f"uninformative (nothing to compare: {measure})", missing, missing, (missing, missing), missing)
     else:
-        effect = paper_effect(c, diffs, arms)
+        effect = paper_effect(c, diffs, arms)  # nan where no score was read: the teacher floor then says why
         bounded = _bounded(config, c)
-        v = judge(diffs, c.direction, effect, arms if bounded else None)
+        v = judge(diffs, c.direction, 0.0 if math.isnan(effect) else effect, arms if bounded else None)
     # no verdict where the comparison cannot decide it; the most basic reason is the one given
     compared = spec.get("runs", []) if c.against == BEST_OTHER else [c.run, c.against]
     if c.equal_flops and (why := unequal_flops(config, c, spec, compared)):
