@@ -158,6 +158,9 @@ def test_override_merges_over_preset():
     assert cfg["models"]["tiny"]["pretrain"]["batch_size"] == 8  # untouched keys keep the preset's value
 
 
+EFFECT = {"effect": {"value": 0.05, "where": "test"}}  # what every claim names
+
+
 BAD_CONFIGS = [
     # (override merged over the smoke preset, key that the error must name, words it must contain)
     ({"data": {"corpus": {"subset_tokenz": 5}}}, "data.corpus", "subset_tokenz"),
@@ -358,9 +361,18 @@ BAD_CONFIGS = [
         "not one row per decoding setting",
     ),
     (
-        {"claims": {"judged": {"new": {"paper": "X", "text": "t", "direction": "greater", "study": "combined"}}}},
+        {
+            "claims": {
+                "judged": {"new": {"paper": "X", "text": "t", "direction": "greater", "study": "combined", **EFFECT}}
+            }
+        },
         "claims.judged.new",
         "'run' is a required property",
+    ),
+    (
+        {"claims": {"judged": {"new": {"paper": "X", "text": "t", "direction": "greater", "study": "combined"}}}},
+        "claims.judged.new",
+        "'effect' is a required property",
     ),
     (
         {"claims": {"judged": {"armap_gamma_above_one": {"armap": {"merge": "slerp"}}}}},
@@ -381,6 +393,7 @@ BAD_CONFIGS = [
                         "text": "t",
                         "direction": "greater",
                         "armap": {"measure": "gamma_hat", "merge": "task_arithmetic"},
+                        **EFFECT,
                     }
                 }
             }
