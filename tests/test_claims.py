@@ -301,7 +301,7 @@ def test_best_other_lowest_threshold_equal_flops_and_the_teacher_floor_read_know
     from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
-    tiny["studies"]["efficient_dlm/tradeoff"]["seeds"] = [0, 1, 2, 3]
+    tiny["studies"]["efficient_dlm/tradeoff"].update(seeds=[0, 1, 2, 3], run_seeds={})
     tiny["claims"]["judged"] = {
         "best": _claim(study="ablations/lambda", against="best_other", direction="near_best"),
         "lowest": _claim(
@@ -489,3 +489,56 @@ def test_a_claim_on_several_benchmarks_reads_the_mean_over_those_the_teacher_can
         .iloc[0]["verdict"]
         .startswith("uninformative (the AR teacher itself scores below 0.3 on every benchmark")
     )
+
+
+def test_a_speed_claim_reads_the_row_at_the_benchmarks_threshold_against_the_teachers_one_row(tiny):
+    """tokens/s and tokens per step are claimable on a throughput benchmark, as numbers, not scores (no
+    floor, ceiling or teacher floor); default_threshold reads the DLM's row at the benchmark's own
+    threshold, lowest_threshold its most aggressive; the AR teacher writes one row (threshold None)."""
+    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
+
+    tiny["claims"]["judged"] = {
+        "speed": _claim(
+            study="efficient_dlm/tradeoff",
+            run="ed",
+            against="teacher",
+            benchmark="code_throughput",
+            metric="tokens_per_s",
+            decoding="default_threshold",
+            effect={"value": 170, "unit": "rel", "where": "t"},
+        ),
+        "steps": _claim(
+            study="opdlm/tradeoff",
+            run="opd",
+            against="teacher",
+            benchmark="code_throughput",
+            metric="tokens_per_step",
+            decoding="lowest_threshold",
+            effect={"value": 1, "where": "t"},
+        ),
+    }
+    check_claims(tiny)
+    for path in map(Path, claim_inputs(tiny)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.name == "teacher.json":  # AR: one row, 100 tokens/s, one token a step, pass@1 0.1 (below any floor)
+            rows = [{"threshold": None, "tokens_per_s": 100.0, "tokens_per_step": 1.0, "base_pass@1": 0.1}]
+        else:
+            seed = int(path.parts[5].removeprefix("seed"))
+            rows = [
+                {
+                    "threshold": t,
+                    "tokens_per_s": speed + 10 * seed,
+                    "tokens_per_step": per_step + 0.1 * seed,
+                    "base_pass@1": 0.5,
+                }
+                for t, speed, per_step in ((0.5, 400.0, 3.0), (0.7, 300.0, 2.5), (0.9, 150.0, 1.5), (1.0, 90.0, 1.0))
+            ]
+        path.write_text(json.dumps({"rows": rows}))
+    df = evaluate_claims(tiny)[0].set_index("id")
+    speed = df.loc["speed"]
+    assert speed["measure"] == "code_throughput tokens_per_s at the default threshold: ed minus teacher"
+    assert speed["effect"] == pytest.approx(60.0) and speed["paper effect"] == pytest.approx(170.0)  # 1.7 x 100
+    assert speed["verdict"].startswith("holds (an effect smaller than the paper's")  # faster: 1.6x, not 2.7x
+    steps = df.loc["steps"]
+    assert steps["effect"] == pytest.approx(2.1) and steps["verdict"] == "holds"

@@ -236,7 +236,12 @@ BENCHMARK_KINDS = {
         _embeddings, lambda spec: ("code",) if set(LOCAL_EMBEDDING_TASKS) & set(spec["tasks"]) else (), ("main_score",)
     ),
     "throughput": BenchmarkKind(
-        _throughput, lambda spec: ("problems",), ("base_pass@1",), decoded=True, rows=True, suite="code_suite"
+        _throughput,
+        lambda spec: ("problems",),
+        ("base_pass@1", "tokens_per_step", "tokens_per_s"),
+        decoded=True,
+        rows=True,
+        suite="code_suite",
     ),
     "likelihood": BenchmarkKind(
         _likelihood, lambda spec: ("code", "math"), ("nll_per_token_code", "nll_per_token_math")

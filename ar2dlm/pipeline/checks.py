@@ -515,6 +515,7 @@ def check_armap(config: dict) -> None:
 
 TEACHER, BEST_OTHER = "teacher", "best_other"  # what a claim may compare with besides a run of its study
 UNBOUNDED = ("likelihood",)  # benchmark kinds whose headline metric is not a score in [0, 1]
+SPEED_METRICS = ("tokens_per_step", "tokens_per_s")  # a throughput benchmark's metrics that are not scores
 # a claim's benchmark may also be the runs' training itself (their manifests), on one of these metrics
 TRAINING, TRAINING_METRICS = "training", ("tokens_per_s",)
 HEADLINE = "headline"  # the metric of a claim on several benchmarks: each one's headline, averaged
@@ -666,4 +667,9 @@ def check_claim_metric(config: dict, key: str, c: dict) -> None:
         raise ConfigError(
             f"{key}.decoding",
             f"benchmark {name} (kind {bench['kind']}) writes one result, not one row per decoding setting",
+        )
+    if c.get("decoding") == "default_threshold" and bench["threshold"] not in bench.get("thresholds", []):
+        raise ConfigError(
+            f"{key}.decoding",
+            f"benchmark {name} sweeps thresholds {bench.get('thresholds')}, not its own {bench['threshold']}",
         )

@@ -38,7 +38,8 @@ import pandas as pd
 
 from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
-from ..pipeline.checks import BEST_OTHER, TEACHER, TRAINING, UNBOUNDED
+from ..pipeline.checks import BEST_OTHER, SPEED_METRICS, TEACHER, TRAINING, UNBOUNDED
+from ..pipeline.config import benchmark_settings
 from ..pipeline.jobs import armap_dlms, dlm_dpo_seeds, study_members, study_models, study_seeds
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
@@ -76,7 +77,7 @@ class Claim:
     model: str | None = None  # None: the study's first model
     benchmark: str | None = None
     metric: str | None = None
-    decoding: str = "best"  # or lowest_threshold (benchmarks with one row per decoding setting)
+    decoding: str = "best"  # or lowest_threshold, default_threshold (benchmarks with one row per decoding setting)
     equal_flops: bool = False
     effect: dict | None = None  # the paper's effect: {value, unit: abs | rel, where}
     armap: dict | None = None  # {measure, merge[, lower, higher]}: see ARMAP_MEASURES
@@ -138,12 +139,16 @@ def _value(config: dict, c: Claim, run: str, seed, step=None, decoding: str | No
     res = read_json(layout.eval_path(c.benchmark, claim_model(config, c), run, seed, step))
     if not BENCHMARK_KINDS[config["eval"]["benchmarks"][c.benchmark]["kind"]].rows:
         return res["metrics"][c.metric]
-    if (decoding or c.decoding) == "lowest_threshold":
-        lowest = min(r["threshold"] for r in res["rows"])
-        return sum(r[c.metric] for r in res["rows"] if r["threshold"] == lowest) / sum(
-            1 for r in res["rows"] if r["threshold"] == lowest
-        )
-    return max(r[c.metric] for r in res["rows"])
+    rows, which = res["rows"], decoding or c.decoding
+    if which == "best":
+        return max(r[c.metric] for r in rows)
+    if any(r["threshold"] is not None for r in rows):  # a DLM's sweep; the AR teacher writes one row
+        if which == "lowest_threshold":
+            at = min(r["threshold"] for r in rows)
+        else:  # default_threshold: where the benchmark's other evaluations decode
+            at = benchmark_settings(config, c.benchmark)["threshold"]
+        rows = [r for r in rows if r["threshold"] == at]
+    return sum(r[c.metric] for r in rows) / len(rows)
 
 
 @dataclass(frozen=True)
@@ -394,6 +399,8 @@ def _bounded(config: dict, c: Claim) -> bool:
         return c.armap["measure"] == "merged_vs_direct" and all(
             _bounded_benchmark(config, b) for _, _, b in _armap_evals(config)
         )
+    if c.metric in SPEED_METRICS:
+        return False
     return all(_bounded_benchmark(config, b) for b in (c.benchmark if isinstance(c.benchmark, list) else [c.benchmark]))
 
 
@@ -415,7 +422,11 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
     vb = [_value(config, c, b, None if b == TEACHER else s) for s in seeds]
     measure = (
         _label(config, c)
-        + (" at the lowest threshold" if c.decoding == "lowest_threshold" else "")
+        + {
+            "best": "",
+            "lowest_threshold": " at the lowest threshold",
+            "default_threshold": " at the default threshold",
+        }[c.decoding]
         + f": {a} minus {b}"
     )
     return [x - y for x, y in zip(va, vb)], measure, {a: mean(va), b: mean(vb)}
