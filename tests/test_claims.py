@@ -542,3 +542,26 @@ def test_a_speed_claim_reads_the_row_at_the_benchmarks_threshold_against_the_tea
     assert speed["verdict"].startswith("holds (an effect smaller than the paper's")  # faster: 1.6x, not 2.7x
     steps = df.loc["steps"]
     assert steps["effect"] == pytest.approx(2.1) and steps["verdict"] == "holds"
+
+
+def test_transfer_against_no_vector_and_against_gamma_one_read_the_gamma_curve(tiny):
+    """vs_no_transfer: held-out reward accuracy at gamma_hat minus at gamma 0 (TIES and DARE claims);
+    vs_gamma_one: minus at gamma 1; a grid without the reference gamma is refused by key."""
+    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.config import ConfigError
+    from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
+
+    tiny["claims"]["judged"] = {"none": _armap_claim("vs_no_transfer"), "one": _armap_claim("vs_gamma_one")}
+    check_claims(tiny)
+    for path in map(Path, claim_inputs(tiny)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        seed = int(path.parts[-4].removeprefix("seed"))
+        acc = {0: 0.5, 1: 0.55, 3: 0.6 + 0.01 * seed}  # gamma_hat 3
+        curve = [{"gamma": g, "test_reward_accuracy": a} for g, a in acc.items()]
+        path.write_text(json.dumps({"gamma_hat": 3, "curve": curve}))
+    df = evaluate_claims(tiny)[0].set_index("id")
+    assert df.loc["none", "seeds"] == 6 and df.loc["none", "effect"] == pytest.approx(0.11)
+    assert df.loc["one", "effect"] == pytest.approx(0.06)
+    tiny["armap"]["gamma"]["grid"] = [0.5, 1, 2]
+    with pytest.raises(ConfigError, match=r"armap\.gamma\.grid.*compares with gamma 0"):
+        check_claims(tiny)

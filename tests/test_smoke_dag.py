@@ -185,7 +185,7 @@ def test_tables_figures_and_claims(smoke_run):
             assert row["verdict"].startswith(("inconclusive (fewer than 3 seeds; the one seed", "uninformative")), (
                 row.to_dict()
             )
-    assert len(claims) == 20 and pd.notna(claims.loc[claims["study"] == "combined", "effect"]).all()
+    assert len(claims) == 23 and pd.notna(claims.loc[claims["study"] == "combined", "effect"]).all()
     assert (results / "claims_by_step.pdf").stat().st_size > 0
     shift = claims.set_index("id").loc["no_shift_beats_shift", "effect by training step"]
     assert [int(part.split(":")[0]) for part in shift.split(", ")] == [2, 4]  # every checkpoint of ed and ed_shift

@@ -574,6 +574,9 @@ def check_armap_claim(config: dict, key: str, spec: dict) -> None:
         raise ConfigError(f"{key}.armap.merge", f"{spec['measure']} reads a merge's gamma searches: name one")
     if merge not in a["merges"]:
         raise ConfigError(f"{key}.armap.merge", f"{merge!r} is not a key of armap.merges ({', '.join(a['merges'])})")
+    reference = {"vs_gamma_one": 1, "vs_no_transfer": 0}.get(spec["measure"])
+    if reference is not None and reference not in a["gamma"]["grid"]:
+        raise ConfigError("armap.gamma.grid", f"{key} compares with gamma {reference}, which the grid does not search")
     if spec["measure"] == "merged_vs_direct":
         if merge not in a["eval_merges"]:
             raise ConfigError(

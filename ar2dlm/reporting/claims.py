@@ -307,6 +307,7 @@ def claim_inputs(config: dict) -> list[str]:
 ARMAP_MEASURES = {
     "gamma_hat": "gamma_hat - 1",
     "vs_gamma_one": "test reward accuracy at gamma_hat minus at gamma 1",
+    "vs_no_transfer": "test reward accuracy at gamma_hat minus at gamma 0 (the DLM without the preference vector)",
     "merged_vs_direct": "the merged DLM (gamma_hat) minus the DLM DPO'd directly, on each domain's benchmarks",
     "gamma_order": "gamma_hat of the higher domain minus that of the lower domain",
     "shadowing": "log10 of the median over weight matrices of spectral_norm(tau_diffusion) / spectral_norm(tau_pref)",
@@ -374,9 +375,9 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
         for g in curves.values():
             if measure == "gamma_hat":
                 diffs.append(g["gamma_hat"] - 1.0)
-            else:
-                test_curve = {p["gamma"]: p["test_reward_accuracy"] for p in g["curve"]}
-                diffs.append(test_curve[g["gamma_hat"]] - test_curve.get(1, test_curve.get(1.0)))
+            else:  # vs_gamma_one, vs_no_transfer: against the curve's point at gamma 1 or 0
+                test_curve = {float(p["gamma"]): p["test_reward_accuracy"] for p in g["curve"]}
+                diffs.append(test_curve[float(g["gamma_hat"])] - test_curve[1.0 if measure == "vs_gamma_one" else 0.0])
     text = ARMAP_MEASURES[measure]
     if measure == "gamma_order":
         text = f"gamma_hat of {c.armap['higher']} minus gamma_hat of {c.armap['lower']}"
