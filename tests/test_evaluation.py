@@ -218,8 +218,9 @@ def test_maths_exact_match_scores_generated_answers(arith_teacher):
 
 
 def test_embeddings_run_through_mteb_bidirectional_for_dlms(arith_teacher):
+    """Every retrieval task built from the held-out code suite scores through mteb's evaluator."""
     from ar2dlm.core.models import load_model
-    from ar2dlm.evaluation.embeddings import MeanPooledEncoder, docstring_retrieval_task, evaluate_embeddings
+    from ar2dlm.evaluation.embeddings import CODE_RETRIEVAL, MeanPooledEncoder, code_retrieval_task, evaluate_embeddings
 
     root, _ = arith_teacher
     _, held = generate_code_suite(10, 20, 0.2, seed=0)
@@ -229,8 +230,9 @@ def test_embeddings_run_through_mteb_bidirectional_for_dlms(arith_teacher):
         model, tok, conv, _ = load_model(root / kind)
         enc = MeanPooledEncoder(model, tok, conv, kind)
         out[kind] = enc.embed(texts)
-        scores = evaluate_embeddings(enc, [docstring_retrieval_task(held)])["ar2dlm-DocstringToFunction"]
-        assert 0 < scores["ndcg_at_10"] <= 1 and 0 <= scores["recall_at_1"] <= 1
+        scores = evaluate_embeddings(enc, [code_retrieval_task(name, held) for name in CODE_RETRIEVAL])
+        assert set(scores) == {"ar2dlm-DocstringToFunction", "ar2dlm-FunctionToDocstring", "ar2dlm-ExamplesToFunction"}
+        assert all(0 < s["ndcg_at_10"] <= 1 and 0 <= s["recall_at_1"] <= 1 for s in scores.values())
     assert out["ar"].shape == out["dlm"].shape == (2, ARCH["hidden_size"])
     assert not np.allclose(out["ar"], out["dlm"])  # same weights, different attention
 

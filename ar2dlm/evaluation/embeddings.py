@@ -1,8 +1,9 @@
 """Embeddings: a mean-pooled encoder for mteb 2.x, bidirectional for DLMs and causal for AR models.
 
-The tiny preset's retrieval task (a held-out task's docstring finds its function) is an mteb
-``AbsTaskRetrieval`` whose data is built in memory, so mteb's own retrieval evaluator scores it
-offline; the paper preset names mteb tasks from config.
+The tiny preset's retrieval tasks (CODE_RETRIEVAL: docstring to function, function to docstring,
+examples to function, over the held-out code suite) are mteb ``AbsTaskRetrieval`` tasks whose data
+is built in memory, so mteb's own retrieval evaluator scores them offline; the paper preset names
+mteb tasks from config. The headline score is their mean, as MTEB averages its tasks.
 """
 
 from __future__ import annotations
@@ -63,28 +64,52 @@ class MeanPooledEncoder:
         return (torch.nn.functional.normalize(a, dim=-1) * torch.nn.functional.normalize(b, dim=-1)).sum(-1)
 
 
-def docstring_retrieval_task(tasks: list[dict]):
-    """An mteb retrieval task over the held-out code suite: each docstring (the query) has one
-    relevant document, its function (signature and canonical body, docstring removed)."""
+# Retrieval tasks built here from the held-out code suite (no download): what the query is and what it finds
+CODE_RETRIEVAL = {
+    "docstring_retrieval": "a task's docstring (examples removed) finds its function",
+    "function_to_docstring": "a function (signature and body, no docstring) finds its docstring",
+    "example_retrieval": "a task's doctest examples (calls and results, the name hidden) find its function",
+}
+
+
+def _code_parts(task: dict) -> dict[str, str]:
+    """A held-out task's docstring text, its doctest examples and its function without the docstring."""
+    signature, _, rest = task["prompt"].partition('"""')
+    doc = rest.partition('"""')[0]
+    text, _, examples = doc.partition(">>>")
+    return {
+        "docstring": text.strip(),
+        # the call's name would give the function away by string match: the examples call f
+        "examples": (">>>" + examples).replace(task["entry_point"], "f").strip() if examples else "",
+        "function": signature.rstrip() + "\n" + task["canonical_solution"],
+    }
+
+
+def code_retrieval_task(name: str, tasks: list[dict]):
+    """An mteb retrieval task over the held-out code suite (CODE_RETRIEVAL): each query has one
+    relevant document, built in memory so mteb's own retrieval evaluator scores it offline."""
     from datasets import Dataset
     from mteb.abstasks.retrieval import AbsTaskRetrieval
     from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
     from mteb.abstasks.task_metadata import TaskMetadata
 
-    queries, corpus, qrels = [], [], {}
-    for i, t in enumerate(tasks):
-        signature, _, rest = t["prompt"].partition('"""')
-        docstring = rest.partition('"""')[0].split(">>>")[0].strip()
-        queries.append({"id": f"q{i}", "text": docstring})
-        corpus.append({"id": f"d{i}", "text": signature.rstrip() + "\n" + t["canonical_solution"], "title": ""})
-        qrels[f"q{i}"] = {f"d{i}": 1}
+    query_part, doc_part, title = {
+        "docstring_retrieval": ("docstring", "function", "DocstringToFunction"),
+        "function_to_docstring": ("function", "docstring", "FunctionToDocstring"),
+        "example_retrieval": ("examples", "function", "ExamplesToFunction"),
+    }[name]
+    parts = [_code_parts(t) for t in tasks]
+    parts = [p for p in parts if p[query_part] and p[doc_part]]
+    queries = [{"id": f"q{i}", "text": p[query_part]} for i, p in enumerate(parts)]
+    corpus = [{"id": f"d{i}", "text": p[doc_part], "title": ""} for i, p in enumerate(parts)]
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(len(parts))}
 
-    class DocstringToFunction(AbsTaskRetrieval):
+    class CodeRetrieval(AbsTaskRetrieval):
         metadata = TaskMetadata(
-            name="ar2dlm-DocstringToFunction",
+            name=f"ar2dlm-{title}",
             type="Retrieval",
             main_score="ndcg_at_10",
-            description="Held-out synthetic code tasks: retrieve the function a docstring describes.",
+            description=f"Held-out synthetic code tasks: {CODE_RETRIEVAL[name]}.",
             reference=None,
             dataset={"path": "local", "revision": "1"},
             category="t2t",
@@ -111,7 +136,7 @@ def docstring_retrieval_task(tasks: list[dict]):
             self.dataset = {"default": {"test": split}}
             self.data_loaded = True
 
-    return DocstringToFunction()
+    return CodeRetrieval()
 
 
 REPORTED_SCORES = ("main_score", "ndcg_at_10", "map_at_10", "mrr_at_10", "recall_at_1", "recall_at_10")

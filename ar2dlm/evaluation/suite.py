@@ -23,7 +23,11 @@ from ..provenance import code_commit, library_versions, read_jsonl, settings_has
 
 LOCAL_TASKS = Path(__file__).parent / "tasks"  # lm-eval task configs kept here, built from the maths suite
 LOCAL_HARNESS_TASKS = tuple(sorted(p.stem for p in LOCAL_TASKS.glob("*.yaml")))
-LOCAL_EMBEDDING_TASKS = ("docstring_retrieval",)  # built here from the code suite; other names are mteb's
+LOCAL_EMBEDDING_TASKS = (
+    "docstring_retrieval",
+    "function_to_docstring",
+    "example_retrieval",
+)  # built here; others: mteb's
 
 
 def local_task(name: str, data_file: str | Path) -> dict:
@@ -150,11 +154,11 @@ def _harness(model_dir, spec, inputs, seed, name):
 
 
 def _embeddings(model_dir, spec, inputs, seed, name):
-    from .embeddings import MeanPooledEncoder, docstring_retrieval_task, evaluate_embeddings
+    from .embeddings import MeanPooledEncoder, code_retrieval_task, evaluate_embeddings
 
     model, tok, conv, info = _load(model_dir, spec)
     tasks = [
-        docstring_retrieval_task(read_jsonl(inputs["code"])) if t in LOCAL_EMBEDDING_TASKS else t for t in spec["tasks"]
+        code_retrieval_task(t, read_jsonl(inputs["code"])) if t in LOCAL_EMBEDDING_TASKS else t for t in spec["tasks"]
     ]
     scores = evaluate_embeddings(MeanPooledEncoder(model, tok, conv, name, batch_size=spec["batch_size"]), tasks)
     mean = sum(s["main_score"] for s in scores.values()) / len(scores)
