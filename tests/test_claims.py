@@ -565,3 +565,35 @@ def test_transfer_against_no_vector_and_against_gamma_one_read_the_gamma_curve(t
     tiny["armap"]["gamma"]["grid"] = [0.5, 1, 2]
     with pytest.raises(ConfigError, match=r"armap\.gamma\.grid.*compares with gamma 0"):
         check_claims(tiny)
+
+
+@pytest.mark.parametrize(
+    "keys, where, words",
+    [
+        ({"metric": "headline"}, "metric", "'headline' is the metric of a claim on a list of benchmarks"),
+        (
+            {"benchmark": ["synthetic_code", "arith_choice"], "metric": "headline", "decoding": "lowest_threshold"},
+            "decoding",
+            "reads each one's headline",
+        ),
+        (
+            {
+                "study": "opdlm/tradeoff",
+                "run": "opd",
+                "against": "teacher",
+                "benchmark": "code_throughput",
+                "metric": "tokens_per_step",
+            },
+            "decoding",
+            "the fastest setting whatever its accuracy",
+        ),
+    ],
+)
+def test_claims_the_judge_cannot_read_are_refused_by_key(tiny, keys, where, words):
+    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.config import ConfigError
+
+    tiny["studies"]["repr_align/code"]["evals"].append("arith_choice")
+    tiny["claims"]["judged"] = {"bad": _claim(**keys)}
+    with pytest.raises(ConfigError, match=rf"claims\.judged\.bad\.{where}.*{words}"):
+        check_claims(tiny)

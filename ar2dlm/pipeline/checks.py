@@ -516,6 +516,7 @@ def check_armap(config: dict) -> None:
 TEACHER, BEST_OTHER = "teacher", "best_other"  # what a claim may compare with besides a run of its study
 UNBOUNDED = ("likelihood",)  # benchmark kinds whose headline metric is not a score in [0, 1]
 SPEED_METRICS = ("tokens_per_step", "tokens_per_s")  # a throughput benchmark's metrics that are not scores
+UNBOUNDED_METRICS = (*SPEED_METRICS, "mean_reward")  # metrics of scored kinds that are not in [0, 1]
 # a claim's benchmark may also be the runs' training itself (their manifests), on one of these metrics
 TRAINING, TRAINING_METRICS = "training", ("tokens_per_s",)
 HEADLINE = "headline"  # the metric of a claim on several benchmarks: each one's headline, averaged
@@ -623,15 +624,19 @@ def check_claim_runs(config: dict, key: str, c: dict) -> None:
             raise ConfigError(f"{key}.model", f"run {r!r} does not train on {model!r}")
 
 
-def check_claim_metric(config: dict, key: str, c: dict) -> None:
+def check_claim_metric(config: dict, key: str, c: dict, in_list: bool = False) -> None:
     """The claim's benchmark is one of its study's, and writes the metric it reads."""
     study, name, metric = c["study"], c["benchmark"], c["metric"]
     if isinstance(name, list):  # the mean over several benchmarks, each on its headline metric
         if metric != HEADLINE:
             raise ConfigError(f"{key}.metric", f"a claim on several benchmarks reads each one's {HEADLINE!r} metric")
+        if c.get("decoding", "best") != "best":
+            raise ConfigError(f"{key}.decoding", "a claim on several benchmarks reads each one's headline (best) row")
         for b in name:
-            check_claim_metric(config, key, {**c, "benchmark": b, "metric": "headline"})
+            check_claim_metric(config, key, {**c, "benchmark": b}, in_list=True)
         return
+    if metric == HEADLINE and not in_list:
+        raise ConfigError(f"{key}.metric", f"{HEADLINE!r} is the metric of a claim on a list of benchmarks")
     if name == TRAINING:
         if metric not in TRAINING_METRICS:
             known = ", ".join(TRAINING_METRICS)
@@ -650,6 +655,12 @@ def check_claim_metric(config: dict, key: str, c: dict) -> None:
         if bench["kind"] in UNBOUNDED:
             raise ConfigError(f"{key}.benchmark", f"{name} (kind {bench['kind']}) has no score in [0, 1] to average")
         return
+    if metric in SPEED_METRICS and c.get("decoding", "best") == "best":
+        raise ConfigError(
+            f"{key}.decoding",
+            f"{metric} of the best row is the fastest setting whatever its accuracy: read lowest_threshold or "
+            "default_threshold",
+        )
     if metric not in kind.metrics:
         raise ConfigError(
             f"{key}.metric",
