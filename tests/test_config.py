@@ -508,6 +508,11 @@ def test_run_seeds_merge_seeds_and_dlm_dpo_seeds_narrow_the_jobs():
     greedy = {(e.run, e.seed) for e in eval_jobs(cfg)[0] if e.benchmark == "synthetic_code"}
     assert ("scratch", 1) not in greedy and ("scratch", 0) in greedy and ("mdlm", 5) in greedy
     assert not any("/scratch/seed1/" in p for p in claim_inputs(cfg))  # claims pair ra and mdlm on their seeds
+    # tiny_full's claims read TIES and DARE on every seed; a merge no claim reads may be searched on fewer
+    assert {j.seed for j in armap_jobs(cfg).search if j.merge == "ties"} == set(range(6))
+    for merge in ("ties", "dare"):
+        del cfg["claims"]["judged"][f"armap_{merge}_transfers"]
+    cfg["armap"]["merge_seeds"] = {"ties": [0], "dare": [0]}
     jobs = armap_jobs(cfg)
     search = {(j.run, j.seed, j.merge) for j in jobs.search}
     assert {s for r, s, g in search if g == "task_arithmetic" and r == "combined"} == set(range(6))

@@ -481,15 +481,15 @@ def check_armap(config: dict) -> None:
     for m, seeds in a.get("merge_seeds", {}).items():
         if m not in a["merges"]:
             raise ConfigError("armap.merge_seeds", f"{m!r} is not a key of armap.merges")
+        if not set(seeds) <= set(a["seeds"]):
+            raise ConfigError(
+                f"armap.merge_seeds.{m}", f"{sorted(set(seeds) - set(a['seeds']))} not in armap.seeds {a['seeds']}"
+            )
         if m in a["eval_merges"] or m in claim_merges(config):
             raise ConfigError(
                 f"armap.merge_seeds.{m}",
                 "the evaluated merges and those AR-MAP's claims read "
                 "(claims.judged) are searched on every seed of armap.seeds",
-            )
-        if not set(seeds) <= set(a["seeds"]):
-            raise ConfigError(
-                f"armap.merge_seeds.{m}", f"{sorted(set(seeds) - set(a['seeds']))} not in armap.seeds {a['seeds']}"
             )
     if not set(a.get("dlm_dpo_seeds", a["seeds"])) <= set(a["seeds"]):
         raise ConfigError(
