@@ -89,6 +89,11 @@ def declared_claims(config: dict) -> list[Claim]:
     return [Claim(id=cid, **spec) for cid, spec in config.get("claims", {}).get("judged", {}).items()]
 
 
+def teacher_floor(config: dict) -> float:
+    """claims.teacher_floor: below it the AR teacher's own score shows nothing (default TEACHER_FLOOR)."""
+    return config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
+
+
 def claim_model(config: dict, c: Claim) -> str:
     return c.model or study_models(config, config["studies"][c.study])[0]
 
@@ -101,7 +106,7 @@ def _informative(config: dict, c: Claim) -> tuple[list[str], list[str]]:
         return [c.benchmark], []
     from .tables import headline_value
 
-    floor = config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
+    floor = teacher_floor(config)
     model = claim_model(config, c)
     score = {b: headline_value(config, b, read_json(layout.eval_path(b, model, TEACHER))) for b in c.benchmark}
     return [b for b in c.benchmark if score[b] >= floor], [
@@ -114,7 +119,7 @@ def _label(config: dict, c: Claim) -> str:
     if not isinstance(c.benchmark, list):
         return f"{c.benchmark} {c.metric}"
     read, left = _informative(config, c)
-    floor = config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
+    floor = teacher_floor(config)
     return f"mean headline score over {', '.join(read) or 'none'}" + (
         f" (left out, the AR teacher below {floor}: {', '.join(left)})" if left else ""
     )
@@ -343,7 +348,7 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
     if measure == "merged_vs_direct":
         from .tables import headline_value
 
-        floor = config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
+        floor = teacher_floor(config)
         teacher = {
             (d.model, b): headline_value(config, b, read_json(layout.eval_path(b, d.model, TEACHER)))
             for d, _, b in _armap_evals(config)
@@ -454,7 +459,7 @@ def effect_by_step(config: dict, c: Claim, spec: dict) -> dict[int, list[float]]
 def teacher_below_floor(config: dict, c: Claim) -> str | None:
     """Why a claim's benchmark cannot decide it: the AR teacher's own score there is below
     ``claims.teacher_floor`` (default TEACHER_FLOOR; None when it is not)."""
-    floor = config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
+    floor = teacher_floor(config)
     if isinstance(c.benchmark, list):
         left = _informative(config, c)[1]
         if len(left) == len(c.benchmark):
