@@ -5,8 +5,11 @@ causal forward (``model(..., labels=..., fused_lm_head=True).log_probs``); ``DLM
 overrides only that: for a DLM the per-token log-probabilities are the terms of the core Monte
 Carlo ELBO (:func:`ar2dlm.core.likelihood.elbo_terms`), whose masks are drawn from a generator
 seeded by the training step and the sequences themselves, so the policy and the frozen reference
-score each sequence under the same masks (VRPO's variance reduction: the mask noise cancels in the
-log-ratio). TRL's DPO loss, optimizer, schedule and metrics are used as they are.
+score each sequence under the same masks. That is VRPO's estimator (LLaDA 1.5): each of the
+``elbo_samples`` draws takes its own time and one mask at it (VRPO's optimal allocation), and the
+times and masks are shared by policy and reference (its antithetic sampling: the mask noise cancels
+in the log-ratio); VRPO's budget is 8 draws. TRL's DPO loss, optimizer, schedule and metrics are
+used as they are.
 
 With ``lora`` in the config (the paper preset's default, as AR-MAP's own recipe) TRL trains a peft
 LoRA adapter over the frozen weights (bf16 on a GPU), the reference is the policy with its adapter
