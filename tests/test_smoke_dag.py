@@ -171,6 +171,8 @@ def test_tables_figures_and_claims(smoke_run):
         scores = not row["measure"].startswith("training ")  # training tokens/s: no teacher floor
         if row["study"] in ("repr_align/metric", "repr_align/freezing", "combined") and low and scores:
             assert row["verdict"].startswith("uninformative (the AR teacher itself scores"), row.to_dict()
+        elif row["id"] == "armap_beats_direct_dpo" and low:  # the smoke teacher can do none of its benchmarks
+            assert row["seeds"] == 0 and row["verdict"].startswith("uninformative (nothing to compare"), row.to_dict()
         elif row["id"] == "armap_maths_gamma_lower":  # one difference per DLM (mdlm, combined)
             assert row["seeds"] == 2 and row["verdict"].startswith("inconclusive (fewer than 3 seeds;"), row.to_dict()
         elif row["study"] == "armap":  # two DLMs (mdlm, combined) x two domains: four differences, a real test

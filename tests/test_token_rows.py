@@ -270,4 +270,5 @@ def test_a_run_trains_on_the_layout_its_token_rows_folder_holds(preset):
     config = merge_preset({"preset": preset}, REPO / "config")
     layouts = {name: packs(*conversion_rows(config, name)[:2]) for name in config["runs"]}
     assert layouts == {name: run_packs(resolve_run(config, name)) for name in config["runs"]}
-    assert True in layouts.values() and False in layouts.values()
+    # tiny (and so smoke) trains every conversion on document rows; the paper preset packs its corpora
+    assert (True in layouts.values()) == (preset == "paper") and False in layouts.values()
