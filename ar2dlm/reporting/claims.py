@@ -98,17 +98,21 @@ def claim_model(config: dict, c: Claim) -> str:
     return c.model or study_models(config, config["studies"][c.study])[0]
 
 
+def _teacher_score(config: dict, model: str, benchmark: str) -> float:
+    """The AR teacher's headline score on a benchmark (its one evaluation)."""
+    from .tables import headline_value
+
+    return headline_value(config, benchmark, read_json(layout.eval_path(benchmark, model, TEACHER)))
+
+
 def _informative(config: dict, c: Claim) -> tuple[list[str], list[str]]:
     """(read, left out) of a claim's benchmarks: a claim on several reads the mean over those the AR
     teacher scores at least claims.teacher_floor on (its headline metric; the paper's average over
     its tasks); a claim on one reads it."""
     if not isinstance(c.benchmark, list):
         return [c.benchmark], []
-    from .tables import headline_value
-
     floor = teacher_floor(config)
-    model = claim_model(config, c)
-    score = {b: headline_value(config, b, read_json(layout.eval_path(b, model, TEACHER))) for b in c.benchmark}
+    score = {b: _teacher_score(config, claim_model(config, c), b) for b in c.benchmark}
     return [b for b in c.benchmark if score[b] >= floor], [
         f"{b} ({score[b]:.3f})" for b in c.benchmark if score[b] < floor
     ]
@@ -134,8 +138,6 @@ def _value(config: dict, c: Claim, run: str, seed, step=None, decoding: str | No
         from .tables import headline_metric
 
         one = [replace(c, benchmark=b, metric=headline_metric(config, b)) for b in _informative(config, c)[0]]
-        if not one:  # the teacher can do none of them: uninformative (judge_claim says so)
-            return float("nan")
         return sum(_value(config, x, run, seed, step, decoding) for x in one) / len(one)
     if c.benchmark == TRAINING:  # the run's training throughput, from its manifest
         manifest = read_json(layout.conversion_manifest(claim_model(config, c), run, seed))
@@ -349,10 +351,7 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
         from .tables import headline_value
 
         floor = teacher_floor(config)
-        teacher = {
-            (d.model, b): headline_value(config, b, read_json(layout.eval_path(b, d.model, TEACHER)))
-            for d, _, b in _armap_evals(config)
-        }
+        teacher = {(d.model, b): _teacher_score(config, d.model, b) for d, _, b in _armap_evals(config)}
         cells = [(d, pd_, b) for d, pd_, b in _armap_evals(config) if teacher[d.model, b] >= floor]
         below = sorted({f"{b} ({score:.3f})" for (_, b), score in teacher.items() if score < floor})
         merged, direct = [], []
@@ -460,10 +459,7 @@ def teacher_below_floor(config: dict, c: Claim) -> str | None:
     """Why a claim's benchmark cannot decide it: the AR teacher's own score there is below
     ``claims.teacher_floor`` (default TEACHER_FLOOR; None when it is not)."""
     floor = teacher_floor(config)
-    if isinstance(c.benchmark, list):
-        left = _informative(config, c)[1]
-        if len(left) == len(c.benchmark):
-            return f"uninformative (the AR teacher itself scores below {floor} on every benchmark: {', '.join(left)})"
+    if isinstance(c.benchmark, list):  # it reads only those the teacher can do (judge_claim: none of them)
         return None
     score = _value(config, c, TEACHER, None, decoding="best")  # its one decoding setting
     if score < floor:
@@ -528,25 +524,30 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
     study evaluates every checkpoint)."""
     arms, curve = None, {}  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
     spec = config["studies"][c.study] if c.study else {}
+    why = None  # why nothing is compared
     if c.armap:
         diffs, measure, arms = _armap_differences(config, c)
+    elif isinstance(c.benchmark, list) and not _informative(config, c)[0]:
+        diffs, measure = [], _label(config, c)
+        floor, left = teacher_floor(config), _informative(config, c)[1]
+        why = f"uninformative (the AR teacher itself scores below {floor} on every benchmark: {', '.join(left)})"
     else:
         diffs, measure, arms = _study_differences(config, c, spec)
         curve = effect_by_step(config, c, spec)
-    if not diffs:  # e.g. AR-MAP's cells all on benchmarks the AR teacher cannot do
+    if not diffs:  # a list the teacher can do none of, or AR-MAP's cells all on such benchmarks
         missing = float("nan")
         effect, bounded = missing, False
-        v = Verdict(f"uninformative (nothing to compare: {measure})", missing, missing, (missing, missing), missing)
+        why = why or f"uninformative (nothing to compare: {measure})"
+        v = Verdict(why, missing, missing, (missing, missing), missing)
     else:
-        effect = paper_effect(c, diffs, arms)  # nan where no score was read: the teacher floor then says why
+        effect = paper_effect(c, diffs, arms)
         bounded = _bounded(config, c)
-        v = judge(diffs, c.direction, 0.0 if math.isnan(effect) else effect, arms if bounded else None)
+        v = judge(diffs, c.direction, effect, arms if bounded else None)
     # no verdict where the comparison cannot decide it; the most basic reason is the one given
     compared = spec.get("runs", []) if c.against == BEST_OTHER else [c.run, c.against]
     if c.equal_flops and (why := unequal_flops(config, c, spec, compared)):
         v = Verdict(why, v.mean, v.sd, v.ci, v.p)
-    own = c.against != TEACHER or isinstance(c.benchmark, list)  # a list leaves out what the teacher cannot do
-    if not c.armap and bounded and own and (low := teacher_below_floor(config, c)):
+    if not c.armap and bounded and c.against != TEACHER and (low := teacher_below_floor(config, c)):
         v = Verdict(low, v.mean, v.sd, v.ci, v.p)
     nan = lambda x: None if math.isnan(x) else round(x, 4)  # noqa: E731
     by_step = {k: sum(d) / len(d) for k, d in curve.items()}
