@@ -1,5 +1,6 @@
 # AR-MAP stage: DPO on the AR teacher (TRL), the preference and diffusion task vectors' spectra,
-# the reward-guided gamma search per domain and merge, and the direct DLM DPO baseline. The models
+# the reward-guided gamma search per domain and merge, and the baselines trained directly on the DLM
+# (DPO with VRPO's estimator; SimPO where armap.dlm_simpo is configured). The models
 # it writes carry their conventions JSON and go through the evaluation rules like any other.
 
 
@@ -22,12 +23,12 @@ rule dpo_teacher:
         "../envs/ar2dlm.yaml"
     threads: 1
     resources:
-        **dpo_resources("dpo_teacher"),
+        **dpo_resources(),
     params:
         cfg=json.dumps(config["armap"]["dpo"]),
         domains=preference_domains,
         launcher=lambda wc, resources: launcher(resources),
-        launch=dpo_launch("dpo_teacher"),
+        launch=dpo_launch,
     shell:
         "{params.launcher} -m ar2dlm.armap.dpo_run --model {input.model:q} --train {input.train:q} "
         "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {wildcards.seed} "
@@ -87,31 +88,32 @@ rule gamma_search:
         "../workflow_scripts/gamma_search.py"
 
 
-rule dlm_dpo:
-    """The baseline: DPO directly on the DLM with ELBO log-likelihoods, same pairs and steps (sharded
-    like dpo_teacher when planned so)."""
+rule dlm_preference:
+    """A baseline: the DLM preference-optimised directly on ELBO log-likelihoods, same pairs
+    (``objective`` dpo: VRPO's estimator, sharded like dpo_teacher when planned so; simpo: TRL's CPO
+    trainer on one GPU)."""
     input:
         manifest=layout.conversion_manifest(),
         train=preference_files("train"),
         eval=preference_files("eval"),
     output:
-        directory(layout.dlm_dpo_dir()),
+        directory(layout.direct_dir()),
     log:
-        layout.log_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}"),
+        layout.log_path("armap/dlm_{objective}_{model}_{run}_seed{seed}_{pdomain}"),
     benchmark:
-        layout.bench_path("armap/dlm_dpo_{model}_{run}_seed{seed}_{pdomain}")
+        layout.bench_path("armap/dlm_{objective}_{model}_{run}_seed{seed}_{pdomain}")
     # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
-    retries: dpo_retries("dlm_dpo")
+    retries: dpo_retries(*(f"dlm_{o}" for o in direct_objectives(config)))
     conda:
         "../envs/ar2dlm.yaml"
     threads: 1
     resources:
-        **dpo_resources("dlm_dpo"),
+        **dpo_resources(),
     params:
-        cfg=json.dumps(config["armap"]["dlm_dpo"]),
+        cfg=lambda wc: json.dumps(direct_settings(config, wc.objective)),
         domains=preference_domains,
         launcher=lambda wc, resources: launcher(resources),
-        launch=dpo_launch("dlm_dpo"),
+        launch=dpo_launch,
     shell:
         "{params.launcher} -m ar2dlm.armap.dpo_run --manifest {input.manifest:q} --train {input.train:q} "
         "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {wildcards.seed} "
@@ -138,17 +140,17 @@ rule evaluate_armap_model:
         "../workflow_scripts/evaluate.py"
 
 
-rule evaluate_dlm_dpo:
-    """A DPO'd DLM on one benchmark."""
+rule evaluate_dlm_preference:
+    """A DLM preference-optimised directly (a baseline) on one benchmark."""
     input:
         unpack(benchmark_inputs),
-        model=layout.dlm_dpo_dir(),
+        model=layout.direct_dir(),
     output:
-        layout.derived_eval_path(name=layout.dlm_dpo_name()),
+        layout.derived_eval_path(name=layout.direct_name()),
     log:
-        layout.log_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}"),
+        layout.log_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_{objective}_{pdomain}"),
     benchmark:
-        layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_dpo_{pdomain}")
+        layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_{objective}_{pdomain}")
     conda:
         "../envs/ar2dlm.yaml"
     threads: 1

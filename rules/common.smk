@@ -28,6 +28,8 @@ from ar2dlm.pipeline.jobs import (
     conversion_corpus,
     conversion_jobs,
     conversion_settings,
+    direct_objectives,
+    direct_settings,
     eval_jobs,
     init_manifest,
     study_config,
@@ -104,6 +106,7 @@ wildcard_constraints:
     domain="|".join(PREF_DOMAINS),
     pdomain="|".join(armap_domains(config)),
     merge="|".join(config["armap"]["merges"]),
+    objective="|".join(direct_objectives(config)),
 
 
 def corpus_outputs():
@@ -233,29 +236,38 @@ def armap_runtime(rule: str):
     return {"runtime": f"{config['cluster']['armap_runtime_hours'][rule]}h"} if GPU_JOBS else {}
 
 
-def dpo_resources(kind: str):
-    """GPUs, host memory and runtime of a planned DPO job (``kind``: dpo_teacher or dlm_dpo): one
-    GPU for LoRA DPO or a full DPO that fits it, else the planner's GPUs of one node, torchrun
-    starting one process per GPU, each loading the model in fp32 before sharding it. None without a
-    plan (the profile's)."""
+def dpo_kind(wildcards) -> str:
+    """The planned kind of a DPO job (dpo_teacher, or dlm_<objective> for a direct baseline)."""
+    return f"dlm_{wildcards.objective}" if "objective" in wildcards.keys() else "dpo_teacher"
+
+
+def dpo_resources():
+    """GPUs, host memory and runtime of a planned DPO job: one GPU for LoRA DPO or a full DPO that
+    fits it, else the planner's GPUs of one node, torchrun starting one process per GPU, each
+    loading the model in fp32 before sharding it. None without a plan (the profile's)."""
     if not GPU_JOBS:
         return {}
-    gpus = lambda wc: GPU_JOBS[f"{kind}/{wc.model}"].gpus  # noqa: E731
-    return {"gpu": gpus, "mem_mb": lambda wc: 64000 if gpus(wc) == 1 else 48000 * gpus(wc), **armap_runtime(kind)}
+    gpus = lambda wc: GPU_JOBS[f"{dpo_kind(wc)}/{wc.model}"].gpus  # noqa: E731
+    return {
+        "gpu": gpus,
+        "mem_mb": lambda wc: 64000 if gpus(wc) == 1 else 48000 * gpus(wc),
+        "runtime": lambda wc: round(60 * config["cluster"]["armap_runtime_hours"][dpo_kind(wc)]),  # minutes
+    }
 
 
-def dpo_launch(kind: str) -> str:
+def dpo_launch(wildcards) -> str:
     """A planned DPO job's launch as JSON: it saves and stops at ``STOP_FRACTION`` of its runtime,
     for its retry to resume (the planner's segments); {} without a plan."""
     if not GPU_JOBS:
         return "{}"
-    return json.dumps({"stop_after_hours": round(STOP_FRACTION * config["cluster"]["armap_runtime_hours"][kind], 2)})
+    hours = config["cluster"]["armap_runtime_hours"][dpo_kind(wildcards)]
+    return json.dumps({"stop_after_hours": round(STOP_FRACTION * hours, 2)})
 
 
-def dpo_retries(kind: str):
-    """Retries of a DPO rule: one per segment after the first of its longest planned run, and one for
-    a failure; None (the profile's) when every run fits one job."""
-    segments = max((j.segments for name, j in GPU_JOBS.items() if name.startswith(f"{kind}/")), default=1)
+def dpo_retries(*kinds: str):
+    """Retries of the DPO jobs of ``kinds``: one per segment after the first of their longest
+    planned run, and one for a failure; None (the profile's) when every run fits one job."""
+    segments = max((j.segments for name, j in GPU_JOBS.items() if name.split("/")[0] in kinds), default=1)
     return segments if segments > 1 else None
 
 

@@ -1,5 +1,7 @@
 """AR-MAP: merges over state dicts, spectra, the gamma search with common random numbers, DPO."""
 
+from unittest import mock
+
 import pytest
 import torch
 
@@ -208,6 +210,36 @@ def test_dlm_dpo_learns_its_training_pairs(models, tmp_path, lora):
     assert losses[-1] < losses[0]
     if lora:
         _check_lora_delta(models / "dlm", tmp_path / "dpo", lora["r"])
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"antithetic": True}, {"objective": "simpo", "beta": 2.0, "gamma": 0.5, "steps": 60, "antithetic": True}],
+    ids=["vrpo_antithetic", "simpo"],
+)
+def test_dlm_preference_baselines_learn_their_training_pairs(models, tmp_path, extra):
+    """VRPO's antithetic masks (each with its complement) and SimPO (TRL's CPO trainer, no
+    reference) train the DLM on ELBO log-likelihoods: the held-out implicit reward margin against
+    the untrained DLM turns positive, the loss falls; SimPO keeps no reference copy. SimPO's
+    margin, between two independently masked ELBOs, is noisier and needs more steps."""
+    from ar2dlm.armap import dpo
+
+    rows = _pairs(16)
+    cfg = {"beta": 0.5, "steps": 20, "lr": 3e-3, "batch_size": 8, "max_length": 128, "elbo_samples": 2}
+    cfg |= {"eval_elbo_samples": 4, **extra}
+    made = []
+    make = dpo.make_trainer
+    with mock.patch.object(dpo, "make_trainer", lambda *a, **k: made.append(make(*a, **k)) or made[-1]):
+        info = dpo.train_dpo(models / "dlm", rows, rows, tmp_path / "out", cfg, seed=0, domains=["math"])
+    assert info["reward_accuracy_before"] == 0.0 and info["reward_accuracy"] > 0.6
+    losses = [r["loss"] for r in info["log"] if "loss" in r]
+    assert losses[-1] < losses[0]
+    trainer = made[0]
+    assert trainer.antithetic == extra.get("antithetic", False)
+    if "gamma" in extra:
+        assert type(trainer).__name__ == "DLMSimPOTrainer" and trainer.loss_type == "simpo"
+        assert trainer.simpo_gamma == 0.5 and trainer.cpo_alpha == 0 and not hasattr(trainer, "ref_model")
+    assert load_model(tmp_path / "out").info["method"] == f"dlm_{extra.get('objective', 'dpo')}"
 
 
 @pytest.mark.parametrize("merge,options", [("task_arithmetic", {}), ("ties", {"density": 0.2}), ("dare", {"p": 0.5})])

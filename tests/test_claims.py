@@ -146,10 +146,16 @@ def test_armap_claims_compare_the_merge_with_direct_dpo_and_order_the_domains_ga
 
     tiny["claims"]["judged"] = {
         "direct": _armap_claim("merged_vs_direct"),
+        "simpo": _armap_claim("merged_vs_direct", baseline="simpo"),
         "order": _armap_claim("gamma_order", lower="math", higher="code"),
     }
+    with pytest.raises(ConfigError, match=r"claims\.judged\.simpo\.armap\.baseline.*armap\.dlm_simpo, not configured"):
+        check_claims(tiny)
+    tiny["armap"]["dlm_simpo"] = {**tiny["armap"]["dlm_dpo"], "beta": 2.0, "gamma": 0.5}
     check_claims(tiny)
     inputs = claim_inputs(tiny)
+    for o in ("dpo", "simpo"):  # each claim reads its own baseline's evaluations
+        assert layout.derived_eval_path("synthetic_code", "tiny", "mdlm", 0, f"dlm_{o}_code") in inputs
     dlms = [(m, r, s) for m, r, s in [("tiny", "mdlm", s) for s in tiny["armap"]["seeds"]]]
     merged = [
         layout.derived_eval_path(b, *d, layout.armap_name(pd, "task_arithmetic"))
@@ -167,12 +173,16 @@ def test_armap_claims_compare_the_merge_with_direct_dpo_and_order_the_domains_ga
         if path.name == "gamma.json":  # code's gamma_hat above math's by 2 + seed
             gamma = 3.0 + seed if path.parts[-3] == "code" else 1.0
             path.write_text(json.dumps({"gamma_hat": gamma, "curve": []}))
-        else:  # the merge beats direct DPO by 0.1 + 0.05 * seed on each domain's headline metric
+        else:  # the merge beats direct DPO by 0.1 + 0.05 * seed on each domain's headline metric, SimPO by 0.1 more
             score = 0.5 + (0.1 + 0.05 * seed if path.name.startswith("armap_") else 0.0)
+            score -= 0.1 if path.name.startswith("dlm_simpo_") else 0.0
             path.write_text(json.dumps({"metrics": {m: score for m in METRICS}}))
     df = evaluate_claims(tiny)[0].set_index("id")
     assert df.loc["direct", "seeds"] == 3 and df.loc["direct", "effect"] == pytest.approx(0.15)
     assert df.loc["direct", "verdict"].startswith("holds")
+    assert df.loc["simpo", "seeds"] == 3 and df.loc["simpo", "effect"] == pytest.approx(0.25)
+    assert "directly on each domain's benchmarks, DLM SimPO (direct) (code:" in df.loc["simpo", "measure"]
+    assert "DLM DPO (direct, VRPO's estimator) (code:" in df.loc["direct", "measure"]
     assert df.loc["direct", "measure"].endswith(
         "(code: synthetic_code; left out, the AR teacher below 0.3: arithmetic (0.170))"
     )

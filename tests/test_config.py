@@ -110,13 +110,14 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     assert not local & set(profile["set-resources"])
     for rule in ("teacher", "evaluate_checkpoint", "gamma_search"):
         assert profile["set-resources"][rule]["gpu"] >= 1 and profile["set-resources"][rule]["cpus_per_gpu"] >= 1
-    for rule in ("dpo_teacher", "dlm_dpo"):  # GPUs from the planner: LoRA DPO on one, in the paper preset
+    for rule in ("dpo_teacher", "dlm_preference"):  # GPUs from the planner: LoRA DPO on one, in the paper preset
         block = next(b for b in blocks if f"rule {rule}:" in b)
         assert "gpu=1" in block and "mem_mb=64000" in block and "cpus_per_gpu=8" in block, block
     # AR-MAP's runtimes are the ones the planner times its jobs against, not the profile's
     paper = yaml.safe_load((REPO / "config" / "presets" / "paper.yaml").read_text())
     runtimes = paper["cluster"]["armap_runtime_hours"]
-    for rule, hours in runtimes.items():
+    for kind, hours in runtimes.items():
+        rule = {"dlm_dpo": "dlm_preference"}.get(kind, kind)  # the direct baselines' rule, objective dpo
         block = next(b for b in blocks if f"rule {rule}:" in b)
         assert f"runtime={round(hours * 60)}" in block and "runtime" not in profile["set-resources"][rule], block
 
@@ -517,14 +518,16 @@ def test_run_seeds_merge_seeds_and_dlm_dpo_seeds_narrow_the_jobs():
     search = {(j.run, j.seed, j.merge) for j in jobs.search}
     assert {s for r, s, g in search if g == "task_arithmetic" and r == "combined"} == set(range(6))
     assert {s for _, s, g in search if g in ("ties", "dare")} == {0}
-    assert {(j.run, j.seed) for j in jobs.dlm_dpo} == {(r, s) for r in ("mdlm", "combined") for s in (0, 1, 2)}
-    dpo_evals = {(e.run, e.seed) for e in jobs.evals if getattr(e, "name", "").startswith("dlm_dpo")}
-    assert dpo_evals == {(r, s) for r in ("mdlm", "combined") for s in (0, 1, 2)}
+    direct = {(j.run, j.seed, j.objective) for j in jobs.direct}
+    assert direct == {(r, s, o) for r in ("mdlm", "combined") for s in (0, 1, 2) for o in ("dpo", "simpo")}
+    for o in ("dpo", "simpo"):  # each baseline evaluated on the same seeds
+        evals = {(e.run, e.seed) for e in jobs.evals if getattr(e, "name", "").startswith(f"dlm_{o}_")}
+        assert evals == {(r, s) for r in ("mdlm", "combined") for s in (0, 1, 2)}
     assert not any("/seed4/" in p and "dlm_dpo" in p for p in armap_report_inputs(cfg))
     cfg["armap"].pop("merge_seeds")
     cfg["armap"].pop("dlm_dpo_seeds")
     assert {j.seed for j in armap_jobs(cfg).search if j.merge == "ties"} == set(range(6))
-    assert {j.seed for j in armap_jobs(cfg).dlm_dpo} == set(range(6))
+    assert {j.seed for j in armap_jobs(cfg).direct} == set(range(6))
 
 
 def test_config_files_have_no_duplicate_keys():

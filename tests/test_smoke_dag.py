@@ -114,7 +114,10 @@ def test_armap_outputs(smoke_run):
         assert dpo["method"] == "ar_dpo" and 0 <= dpo["reward_accuracy"] <= 1
     merged = json.loads((results / "models/tiny/mdlm/seed0/armap/code_task_arithmetic/ar2dlm.json").read_text())
     assert merged["attention"] == "bidirectional" and merged["gamma"] in (0, 1, 2)
-    assert (results / "eval/synthetic_code/tiny/mdlm/seed0/dlm_dpo_code.json").is_file()
+    for objective in ("dpo", "simpo"):  # AR-MAP's two baselines trained on the DLM, evaluated like it
+        direct = json.loads((results / f"models/tiny/mdlm/seed0/dlm_{objective}/code/ar2dlm.json").read_text())
+        assert direct["method"] == f"dlm_{objective}" and direct["dpo"]["objective"] == objective
+        assert (results / f"eval/synthetic_code/tiny/mdlm/seed0/dlm_{objective}_code.json").is_file()
     assert (results / "eval/arithmetic/tiny/teacher/seed0/teacher_dpo_all.json").is_file()
 
 
@@ -171,7 +174,7 @@ def test_tables_figures_and_claims(smoke_run):
         scores = not row["measure"].startswith("training ")  # training tokens/s: no teacher floor
         if row["study"] in ("repr_align/metric", "repr_align/freezing", "combined") and low and scores:
             assert row["verdict"].startswith("uninformative (the AR teacher itself scores"), row.to_dict()
-        elif row["id"] == "armap_beats_direct_dpo" and low:  # the smoke teacher can do none of its benchmarks
+        elif row["id"] in ("armap_beats_direct_dpo", "armap_beats_simpo") and low:  # none of its benchmarks
             assert row["seeds"] == 0 and row["verdict"].startswith("uninformative (nothing to compare"), row.to_dict()
         elif row["id"] == "armap_maths_gamma_lower":  # one difference per DLM (mdlm, combined)
             assert row["seeds"] == 2 and row["verdict"].startswith("inconclusive (fewer than 3 seeds;"), row.to_dict()
@@ -187,7 +190,7 @@ def test_tables_figures_and_claims(smoke_run):
             assert row["verdict"].startswith(("inconclusive (fewer than 3 seeds; the one seed", "uninformative")), (
                 row.to_dict()
             )
-    assert len(claims) == 23 and pd.notna(claims.loc[claims["study"] == "combined", "effect"]).all()
+    assert len(claims) == 24 and pd.notna(claims.loc[claims["study"] == "combined", "effect"]).all()
     assert (results / "claims_by_step.pdf").stat().st_size > 0
     shift = claims.set_index("id").loc["no_shift_beats_shift", "effect by training step"]
     assert [int(part.split(":")[0]) for part in shift.split(", ")] == [2, 4]  # every checkpoint of ed and ed_shift
@@ -280,7 +283,7 @@ def _slurm_profile(path, jobs_dir):
             "evaluate_checkpoint",
             "evaluate_teacher",
             "evaluate_armap_model",
-            "evaluate_dlm_dpo",
+            "evaluate_dlm_preference",
             "evaluate_teacher_dpo",
         )
     }

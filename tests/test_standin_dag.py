@@ -38,7 +38,7 @@ def test_standin_and_paper_plan_the_same_rules(tmp_path, standin_hub):
         assert proc.returncode == 0, proc.stderr[-3000:]
         plans[name] = planned_rules(proc.stdout)
     assert plans["paper"] == plans["standin"]
-    assert {"convert", "dpo_teacher", "dlm_dpo", "armap_spectra", "gamma_search", "claims"} <= plans["paper"]
+    assert {"convert", "dpo_teacher", "dlm_preference", "armap_spectra", "gamma_search", "claims"} <= plans["paper"]
 
 
 @pytest.mark.paper_dag

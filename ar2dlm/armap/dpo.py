@@ -8,8 +8,13 @@ seeded by the training step and the sequences themselves, so the policy and the 
 score each sequence under the same masks. That is VRPO's estimator (LLaDA 1.5): each of the
 ``elbo_samples`` draws takes its own time and one mask at it (VRPO's optimal allocation), and the
 times and masks are shared by policy and reference (its antithetic sampling: the mask noise cancels
-in the log-ratio); VRPO's budget is 8 draws. TRL's DPO loss, optimizer, schedule and metrics are
-used as they are.
+in the log-ratio); with ``antithetic`` each mask is drawn with its complement (time t and 1 - t),
+VRPO's antithetic pair; VRPO's budget is 8 draws. TRL's DPO loss, optimizer, schedule and metrics
+are used as they are.
+
+AR-MAP's other DLM baseline, SimPO (``objective: simpo``, the ``dlm_simpo`` section), runs TRL's CPO
+trainer with its SimPO loss, ``DLMSimPOTrainer`` replacing only the sequence score by the ELBO
+averaged over the completion's tokens (SimPO's length normalisation); it has no reference.
 
 With ``lora`` in the config (the paper preset's default, as AR-MAP's own recipe) TRL trains a peft
 LoRA adapter over the frozen weights (bf16 on a GPU), the reference is the policy with its adapter
@@ -50,15 +55,13 @@ def checkpoint_every(cfg: dict) -> int:
     return cfg.get("checkpoint_every") or cfg["steps"]
 
 
-def dpo_args(cfg: dict, seed: int, output_dir: str, precompute_ref: bool = False):
-    """TRL's DPOConfig from a dpo section of the config (fp32 on CPU; bf16 and gradient checkpointing
-    on GPU; ``batch_size`` split into ``grad_accum`` micro-batches), saving a resumable checkpoint
-    every ``checkpoint_every`` steps (the last one kept)."""
-    from trl import DPOConfig
-
+def _training_args(cfg: dict, seed: int, output_dir: str) -> dict:
+    """The TrainingArguments both TRL trainers (DPO, CPO for SimPO) take from a section of the
+    config: fp32 on CPU, bf16 on GPU; ``batch_size`` split into ``grad_accum`` micro-batches; a
+    resumable checkpoint every ``checkpoint_every`` steps (the last one kept)."""
     gpu = torch.cuda.is_available()
     accum = cfg.get("grad_accum", 1)
-    return DPOConfig(
+    return dict(
         output_dir=output_dir,
         beta=cfg["beta"],
         max_steps=cfg["steps"],
@@ -66,7 +69,6 @@ def dpo_args(cfg: dict, seed: int, output_dir: str, precompute_ref: bool = False
         per_device_train_batch_size=cfg["batch_size"] // accum,
         gradient_accumulation_steps=accum,
         per_device_eval_batch_size=cfg["batch_size"] // accum,
-        activation_checkpointing=gpu,
         lr_scheduler_type="cosine",
         warmup_steps=max(1, cfg["steps"] // 10),
         max_length=cfg["max_length"],
@@ -75,12 +77,38 @@ def dpo_args(cfg: dict, seed: int, output_dir: str, precompute_ref: bool = False
         save_steps=checkpoint_every(cfg),
         save_total_limit=1,
         eval_strategy="no",
-        precompute_ref_log_probs=precompute_ref,
         report_to=[],
         use_cpu=not gpu,
         bf16=gpu,
         seed=seed,
         data_seed=seed,
+    )
+
+
+def dpo_args(cfg: dict, seed: int, output_dir: str, precompute_ref: bool = False):
+    """TRL's DPOConfig from a dpo section of the config (gradient checkpointing on GPU)."""
+    from trl import DPOConfig
+
+    return DPOConfig(
+        **_training_args(cfg, seed, output_dir),
+        activation_checkpointing=torch.cuda.is_available(),
+        precompute_ref_log_probs=precompute_ref,
+    )
+
+
+def simpo_args(cfg: dict, seed: int, output_dir: str):
+    """TRL's CPOConfig for SimPO (Meng et al. 2024) from a ``dlm_simpo`` section: the length-normalised
+    log-likelihood margin against the target margin ``gamma``, no reference, no behaviour-cloning
+    term (``cpo_alpha`` 0, as TRL's SimPO recipe)."""
+    from trl.experimental.cpo import CPOConfig
+
+    return CPOConfig(
+        **_training_args(cfg, seed, output_dir),
+        activation_checkpointing=torch.cuda.is_available(),
+        remove_unused_columns=False,  # the pairs' collator reads every column
+        loss_type="simpo",
+        cpo_alpha=0.0,
+        simpo_gamma=cfg["gamma"],
     )
 
 
@@ -126,35 +154,70 @@ class _ElboOutput:
 
 
 def make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, output_dir):
-    """TRL's DPOTrainer for a causal model, ``DLMDPOTrainer`` for a DLM (``conv`` says which); a
-    LoRA adapter when ``cfg`` has ``lora``; with neither LoRA nor ``ref``, the reference
-    log-probabilities are precomputed."""
+    """TRL's DPOTrainer for a causal model, ``DLMDPOTrainer`` for a DLM (``conv`` says which), or
+    with ``objective: simpo`` in ``cfg`` ``DLMSimPOTrainer`` (TRL's CPO trainer, SimPO loss); a
+    LoRA adapter when ``cfg`` has ``lora``; with neither LoRA nor ``ref``, a causal model's
+    reference log-probabilities are precomputed."""
     from trl import DPOTrainer
 
-    cls = DPOTrainer if not conv.is_diffusion else _dlm_trainer_class()
-    kwargs = {} if not conv.is_diffusion else {"conventions": conv, "elbo_samples": cfg["elbo_samples"]}
-    precompute = ref is None and not cfg.get("lora")
-    return cls(
-        model=model,
-        ref_model=ref,
-        args=dpo_args(cfg, seed, output_dir, precompute),
+    data = dict(
         train_dataset=_dataset(train_rows),
         eval_dataset=_dataset(eval_rows),
         processing_class=tok,
         peft_config=lora_config(cfg.get("lora")),
-        **kwargs,
     )
+    if not conv.is_diffusion:
+        if objective(cfg) != "dpo":
+            raise ValueError(f"the AR teacher is DPO'd; {objective(cfg)!r} is a baseline on the DLM")
+        precompute = ref is None and not cfg.get("lora")
+        return DPOTrainer(model=model, ref_model=ref, args=dpo_args(cfg, seed, output_dir, precompute), **data)
+    elbo = dict(conventions=conv, elbo_samples=cfg["elbo_samples"], antithetic=cfg.get("antithetic", False))
+    if objective(cfg) == "simpo":
+        return _dlm_simpo_trainer_class()(model=model, args=simpo_args(cfg, seed, output_dir), **data, **elbo)
+    return _dlm_trainer_class()(model=model, ref_model=ref, args=dpo_args(cfg, seed, output_dir), **data, **elbo)
+
+
+def objective(cfg: dict) -> str:
+    """The preference objective of a DPO section: ``dpo`` (the teacher's, and VRPO's on a DLM) or
+    ``simpo`` (the ``dlm_simpo`` baseline); the rule writes it into the settings."""
+    return cfg.get("objective", "dpo")
+
+
+class _ElboScoring:
+    """Sequence log-likelihoods of a DLM inside a TRL trainer: the core ELBO's per-token terms on
+    ``elbo_samples`` masks (each with its complement when ``antithetic``), drawn from a generator
+    seeded by the training step and the sequences themselves, so a policy and its reference score
+    the same batch under the same masks."""
+
+    conv = None
+    elbo_samples = 1
+    antithetic = False
+
+    def _mask_seed(self, input_ids) -> int:
+        content = zlib.crc32(input_ids.detach().cpu().numpy().tobytes())
+        return (self.args.seed * 1_000_003 + self.state.global_step) * 4_294_967_311 + content
+
+    def _elbo(self, model, ids, valid, labels):
+        """The ELBO terms of right-padded prompt + completion rows (``labels`` -100 outside the
+        completion), and the completion's positions."""
+        completion = labels != -100
+        plens = (completion.long().cumsum(1) == 0).sum(1)
+        gen = torch.Generator().manual_seed(self._mask_seed(ids) % (1 << 63))
+        e = elbo_terms(
+            model, self.conv, ids, valid, plens, gen, n_samples=self.elbo_samples, complementary=self.antithetic
+        )
+        return e, completion
 
 
 def _dlm_trainer_class():
     from trl import DPOTrainer
 
-    class DLMDPOTrainer(DPOTrainer):
+    class DLMDPOTrainer(_ElboScoring, DPOTrainer):
         """DPO on a DLM: sequence log-likelihoods are ELBOs under masks shared by policy and reference."""
 
-        def __init__(self, *args, conventions, elbo_samples: int, **kwargs):
+        def __init__(self, *args, conventions, elbo_samples: int, antithetic: bool = False, **kwargs):
             super().__init__(*args, **kwargs)
-            self.conv, self.elbo_samples = conventions, elbo_samples
+            self.conv, self.elbo_samples, self.antithetic = conventions, elbo_samples, antithetic
             from peft import PeftModel
 
             # TRL's fused head sits on the base model under a LoRA adapter, and so does this one
@@ -162,28 +225,46 @@ def _dlm_trainer_class():
             if self.ref_model is not None:
                 self._add_elbo_head(self.ref_model)
 
-        def _mask_seed(self, input_ids) -> int:
-            """Seed of the masks of one batch: the training step and the sequences themselves, so the
-            policy and the reference draw the same masks for the same batch."""
-            content = zlib.crc32(input_ids.detach().cpu().numpy().tobytes())
-            return (self.args.seed * 1_000_003 + self.state.global_step) * 4_294_967_311 + content
-
         def _add_elbo_head(self, model) -> None:
             fused_forward = model.forward  # TRL's; with fused_lm_head=False it is the model's own forward
 
             def forward(*args, fused_lm_head=False, labels=None, **kwargs):
                 if not fused_lm_head:
                     return fused_forward(*args, labels=labels, **kwargs)
-                ids, valid = kwargs["input_ids"], kwargs["attention_mask"]
-                completion = labels != -100
-                plens = (completion.long().cumsum(1) == 0).sum(1)  # rows are right-padded prompt + completion
-                gen = torch.Generator().manual_seed(self._mask_seed(ids) % (1 << 63))
-                e = elbo_terms(model, self.conv, ids, valid, plens, gen, n_samples=self.elbo_samples)
+                ids = kwargs["input_ids"]
+                e, _ = self._elbo(model, ids, kwargs["attention_mask"], labels)
                 return _ElboOutput(e.terms, e.logits, ids, e.masked)
 
             model.forward = forward
 
     return DLMDPOTrainer
+
+
+def _dlm_simpo_trainer_class():
+    from trl.experimental.cpo import CPOTrainer
+
+    class DLMSimPOTrainer(_ElboScoring, CPOTrainer):
+        """SimPO on a DLM: TRL's CPO trainer with its SimPO loss, whose length-normalised
+        log-likelihood of each response is the ELBO over the completion's tokens."""
+
+        def __init__(self, *args, conventions, elbo_samples: int, antithetic: bool = False, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.conv, self.elbo_samples, self.antithetic = conventions, elbo_samples, antithetic
+
+        def concatenated_forward(self, model, batch):
+            """TRL's contract: chosen and rejected average log-likelihoods, their logits (read only
+            for the logged means: here the mean logit of each masked token), the behaviour-cloning
+            loss (none: ``cpo_alpha`` is 0)."""
+            cat = self.concatenated_inputs(batch, padding_value=self.pad_token_id, device=self.accelerator.device)
+            ids, valid = cat["concatenated_input_ids"], cat["concatenated_attention_mask"]
+            e, completion = self._elbo(model, ids, valid, cat["concatenated_labels"])
+            logps = e.terms.sum(1) / completion.sum(1).clamp(min=1)
+            n = batch["chosen_labels"].shape[0]
+            row = e.masked.nonzero()[:, 0]
+            token_logits = e.logits.detach().mean(-1, dtype=torch.float32)
+            return logps[:n], logps[n:], token_logits[row < n], token_logits[row >= n], logps.new_zeros(())
+
+    return DLMSimPOTrainer
 
 
 def train_dpo(
@@ -209,10 +290,10 @@ def train_dpo(
     resume = last_checkpoint(work)
     model, tok, conv, info = load_model(model_dir, dtype=torch.bfloat16 if lora and gpu else torch.float32)
     # the reference: the adapter disabled (LoRA), precomputed log-probabilities (full DPO of a causal
-    # model) or a frozen copy (full DPO of a DLM)
+    # model) or a frozen copy (full DPO of a DLM); SimPO has none
     ref = (
         load_model(model_dir, dtype=torch.float32).model.eval().requires_grad_(False)
-        if conv.is_diffusion and not lora
+        if conv.is_diffusion and not lora and objective(cfg) == "dpo"
         else None
     )
     if conv.is_diffusion:
@@ -249,7 +330,7 @@ def dpo_provenance(conv, model_dir, domains, seed, cfg, train_pairs, eval_pairs,
     accuracy before and after (the caller adds how it trained)."""
     return {
         **conv.to_dict(),
-        "method": "dlm_dpo" if conv.is_diffusion else "ar_dpo",
+        "method": f"dlm_{objective(cfg)}" if conv.is_diffusion else "ar_dpo",
         "base_model": str(model_dir),
         "domains": domains,
         "seed": seed,
@@ -347,6 +428,8 @@ def train_dpo_sharded(
 
     if cfg.get("lora"):
         raise ValueError("sharded DPO is full DPO: a LoRA adapter trains on one GPU through TRL (train_dpo)")
+    if objective(cfg) != "dpo":
+        raise ValueError(f"sharded training runs DPO only; {objective(cfg)} trains on one GPU through TRL (train_dpo)")
     pg = setup()  # the process group of the caller's ``distributed.process_group`` (dpo_run), or one process
     world, rank = pg.world, pg.rank
     work = Path(f"{out_dir}.train")

@@ -13,7 +13,7 @@ from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_EMBEDDING_TASKS, LOCAL_HAR
 from ..methods.registry import problems, training_data
 from ..training.tracking import missing_package
 from .config import ConfigError, benchmark_settings, merge_preset, validate_config
-from .jobs import armap_domains, study_models
+from .jobs import armap_domains, direct_objectives, study_models
 from .runs import resolve_run
 
 SYNTHETIC_DOMAINS = {"code": "code_suite", "math": "math_suite"}  # preference domains built from a suite
@@ -496,13 +496,16 @@ def check_armap(config: dict) -> None:
             "armap.dlm_dpo_seeds",
             f"{sorted(set(a['dlm_dpo_seeds']) - set(a['seeds']))} not in armap.seeds {a['seeds']}",
         )
-    for part in ("dpo", "dlm_dpo"):
+    if "dlm_simpo" in a and "dlm_simpo" not in config.get("cluster", {}).get("armap_runtime_hours", {"dlm_simpo": 0}):
+        raise ConfigError("cluster.armap_runtime_hours.dlm_simpo", "missing: armap.dlm_simpo's jobs need a runtime")
+    parts = ("dpo", *(f"dlm_{o}" for o in direct_objectives(config)))
+    for part in parts:
         if a[part]["batch_size"] % a[part].get("grad_accum", 1):
             raise ConfigError(
                 f"armap.{part}.grad_accum",
                 f"{a[part]['grad_accum']} micro-batches do not divide batch_size {a[part]['batch_size']}",
             )
-    for part in ("dpo", "gamma", "dlm_dpo"):
+    for part in (*parts, "gamma"):
         n = a[part]["eval_pairs"]
         for d in a["domains"]:
             have = prefs["domains"][d].get("n_eval", prefs["n_eval"])
@@ -578,6 +581,10 @@ def check_armap_claim(config: dict, key: str, spec: dict) -> None:
     reference = {"vs_gamma_one": 1, "vs_no_transfer": 0}.get(spec["measure"])
     if reference is not None and reference not in a["gamma"]["grid"]:
         raise ConfigError("armap.gamma.grid", f"{key} compares with gamma {reference}, which the grid does not search")
+    if "baseline" in spec and spec["measure"] != "merged_vs_direct":
+        raise ConfigError(
+            f"{key}.armap.baseline", f"only merged_vs_direct compares with a baseline, not {spec['measure']}"
+        )
     if spec["measure"] == "merged_vs_direct":
         if merge not in a["eval_merges"]:
             raise ConfigError(
@@ -587,6 +594,11 @@ def check_armap_claim(config: dict, key: str, spec: dict) -> None:
             )
         if not a.get("dlm_dpo_seeds", a["seeds"]):
             raise ConfigError("armap.dlm_dpo_seeds", f"empty: {key} compares with the directly DPO'd DLM")
+        baseline = spec.get("baseline", "dpo")
+        if f"dlm_{baseline}" not in a:
+            raise ConfigError(
+                f"{key}.armap.baseline", f"{baseline!r} compares with armap.dlm_{baseline}, not configured"
+            )
         if not any(a["evals"].get(d) for d in a["domains"]):
             raise ConfigError("armap.evals", f"no searched domain has a benchmark: {key} compares their scores")
     if spec["measure"] == "gamma_order":

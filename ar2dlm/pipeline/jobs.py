@@ -168,7 +168,7 @@ class TeacherDPO(NamedTuple):
 
 
 class DLMDomain(NamedTuple):
-    """A DLM receiving one preference domain: its spectra and its direct-DPO baseline."""
+    """A DLM receiving one preference domain: its spectra."""
 
     model: str
     run: str
@@ -179,9 +179,19 @@ class DLMDomain(NamedTuple):
     def spectra(self) -> str:
         return layout.spectra_csv(self.model, self.run, self.seed, self.pdomain)
 
+
+class DirectBaseline(NamedTuple):
+    """A DLM preference-optimised directly on one domain's pairs by ``objective`` (dpo, simpo)."""
+
+    model: str
+    run: str
+    seed: int
+    pdomain: str
+    objective: str
+
     @property
-    def dlm_dpo(self) -> str:
-        return layout.dlm_dpo_dir(self.model, self.run, self.seed, self.pdomain)
+    def path(self) -> str:
+        return layout.direct_dir(*self)
 
 
 class GammaSearch(NamedTuple):
@@ -198,7 +208,7 @@ class GammaSearch(NamedTuple):
 
 class DerivedEval(NamedTuple):
     """A model AR-MAP derives from a conversion checkpoint (``name``: ``layout.armap_name`` or
-    ``layout.dlm_dpo_name``), on one benchmark."""
+    ``layout.direct_name``), on one benchmark."""
 
     benchmark: str
     model: str
@@ -227,7 +237,7 @@ class ArmapJobs:
     dpo: list[TeacherDPO]
     spectra: list[DLMDomain]
     search: list[GammaSearch]
-    dlm_dpo: list[DLMDomain]
+    direct: list[DirectBaseline]
     dlms: list[Conversion]
     evals: list[DerivedEval | TeacherDPOEval]
 
@@ -236,7 +246,7 @@ class ArmapJobs:
             [j.path for j in self.dpo]
             + [j.spectra for j in self.spectra]
             + [j.path for j in self.search]
-            + [j.dlm_dpo for j in self.dlm_dpo]
+            + [j.path for j in self.direct]
             + [j.path for j in self.evals]
         )
 
@@ -253,9 +263,24 @@ def search_seeds(config: dict, merge: str) -> list[int]:
 
 
 def dlm_dpo_seeds(config: dict) -> list[int]:
-    """Seeds on which the direct DLM DPO baseline runs: armap.dlm_dpo_seeds, else armap.seeds."""
+    """Seeds on which the direct baselines (DLM DPO, and SimPO where configured) run:
+    armap.dlm_dpo_seeds, else armap.seeds."""
     a = config["armap"]
     return a.get("dlm_dpo_seeds", a["seeds"])
+
+
+DIRECT_OBJECTIVES = ("dpo", "simpo")  # armap.dlm_<objective>: AR-MAP's baselines on the DLM
+
+
+def direct_objectives(config: dict) -> list[str]:
+    """The baselines trained directly on the DLM: DPO with VRPO's estimator (``armap.dlm_dpo``),
+    and SimPO where ``armap.dlm_simpo`` is configured."""
+    return [o for o in DIRECT_OBJECTIVES if f"dlm_{o}" in config["armap"]]
+
+
+def direct_settings(config: dict, objective: str) -> dict:
+    """The settings a direct baseline's job trains with: its section, naming its objective."""
+    return {**config["armap"][f"dlm_{objective}"], "objective": objective}
 
 
 def armap_dlms(config: dict) -> list[Conversion]:
@@ -266,7 +291,7 @@ def armap_dlms(config: dict) -> list[Conversion]:
 
 def armap_jobs(config: dict) -> ArmapJobs:
     """AR-MAP's outputs: DPO'd teachers (one per model, domain and seed), and per DLM and domain the
-    spectra, gamma searches (one per merge), DLM DPO baselines, and the evaluations of the models
+    spectra, gamma searches (one per merge), direct baselines (DPO, SimPO), and the evaluations of the models
     they write."""
     a = config["armap"]
     dlms = armap_dlms(config)
@@ -279,13 +304,18 @@ def armap_jobs(config: dict) -> ArmapJobs:
             evals += [TeacherDPOEval(b, m, pd, s) for m in models for s in a["seeds"]]
             if pd in a["domains"]:
                 evals += [DerivedEval(b, *d, layout.armap_name(pd, g)) for d in dlms for g in a["eval_merges"]]
-                evals += [DerivedEval(b, *d, layout.dlm_dpo_name(pd)) for d in dlms if d.seed in dpo_seeds]
+                evals += [
+                    DerivedEval(b, *d, layout.direct_name(pd, o))
+                    for d in dlms
+                    if d.seed in dpo_seeds
+                    for o in direct_objectives(config)
+                ]
     return ArmapJobs(
         # each seed its own DPO'd teacher, so the seeds' spread includes the preference vector's
         dpo=[TeacherDPO(m, pd, s) for m in models for pd in armap_domains(config) for s in a["seeds"]],
         spectra=per_domain,
         search=[GammaSearch(*j, g) for j in per_domain for g in a["merges"] if j.seed in search_seeds(config, g)],
-        dlm_dpo=[j for j in per_domain if j.seed in dpo_seeds],
+        direct=[DirectBaseline(*j, o) for j in per_domain if j.seed in dpo_seeds for o in direct_objectives(config)],
         dlms=dlms,
         evals=evals,
     )

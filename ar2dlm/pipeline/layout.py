@@ -9,10 +9,10 @@ cannot drift apart. Layout (``results/``):
     data/preferences/<domain>/{train,eval}.jsonl, data/prompts/<set>.jsonl, data/benchmarks/<benchmark>.jsonl
     models/<model>/teacher/, models/<model>/teacher_dpo/<domain>/
     models/<model>/<run>/seed<s>/train.json (+ step_<k>/ checkpoints, log.jsonl)
-    models/<model>/<run>/seed<s>/armap/<domain>_<merge>/, .../dlm_dpo/<domain>/
+    models/<model>/<run>/seed<s>/armap/<domain>_<merge>/, .../dlm_<objective>/<domain>/ (objective: dpo, simpo)
     armap/<model>/<run>/seed<s>/<domain>/spectra.csv, shadowing.{pdf,png}, <merge>/gamma.json
     eval/<benchmark>/<model>/teacher.json, teacher_dpo_<domain>.json
-    eval/<benchmark>/<model>/<run>/seed<s>/step_<k>.json, armap_<domain>_<merge>.json, dlm_dpo_<domain>.json
+    eval/<benchmark>/<model>/<run>/seed<s>/step_<k>.json, armap_<domain>_<merge>.json, dlm_<objective>_<domain>.json
     eval/teacher_check/<model>.json, eval/summary.{csv,md}, summary.{md,json}
     tables/<study>.{md,csv,tex}, figures/<study>.{pdf,png} (ablations: ablations/<name>.{pdf,png})
     tables/armap/{main,merges}.{md,csv,tex}, figures/armap/{gamma,shadowing}.{pdf,png}, claims.{md,csv}
@@ -139,9 +139,10 @@ def armap_name(pdomain="{pdomain}", merge="{merge}") -> str:
     return f"armap_{pdomain}_{merge}"
 
 
-def dlm_dpo_name(pdomain="{pdomain}") -> str:
-    """A DLM DPO'd directly on ``pdomain``'s pairs."""
-    return f"dlm_dpo_{pdomain}"
+def direct_name(pdomain="{pdomain}", objective="{objective}") -> str:
+    """A DLM preference-optimised directly on ``pdomain``'s pairs by ``objective`` (dpo: VRPO's
+    estimator; simpo): AR-MAP's baselines."""
+    return f"dlm_{objective}_{pdomain}"
 
 
 def teacher_dpo_name(pdomain="{pdomain}") -> str:
@@ -152,8 +153,8 @@ def armap_model_dir(model="{model}", run="{run}", seed="{seed}", pdomain="{pdoma
     return os.path.join(conversion_dir(model, run, seed), "armap", f"{pdomain}_{merge}")
 
 
-def dlm_dpo_dir(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}") -> str:
-    return os.path.join(conversion_dir(model, run, seed), "dlm_dpo", pdomain)
+def direct_dir(model="{model}", run="{run}", seed="{seed}", pdomain="{pdomain}", objective="{objective}") -> str:
+    return os.path.join(conversion_dir(model, run, seed), f"dlm_{objective}", pdomain)
 
 
 # --- AR-MAP analyses ----------------------------------------------------------------------------
@@ -187,7 +188,7 @@ def eval_path(benchmark="{benchmark}", model="{model}", run="{run}", seed="{seed
 
 
 def derived_eval_path(benchmark="{benchmark}", model="{model}", run="{run}", seed="{seed}", name="{name}") -> str:
-    """The evaluation of a model derived from a conversion checkpoint (``armap_name``, ``dlm_dpo_name``)."""
+    """The evaluation of a model derived from a conversion checkpoint (``armap_name``, ``direct_name``)."""
     return _r("eval", benchmark, model, run, f"seed{seed}", f"{name}.json")
 
 

@@ -55,10 +55,11 @@ def scoring_flops(shape: Shape, pairs: int, samples: int, length: int, two_copy:
 
 def dpo_step_flops(shape: Shape, cfg: dict, diffusion: bool, two_copy: bool) -> float:
     """One DPO step: policy (forward, recomputed forward, backward) and reference forward over the
-    chosen and rejected rows, ``elbo_samples`` masked copies each for a DLM."""
+    chosen and rejected rows, ``elbo_samples`` masked copies each for a DLM (twice that with
+    antithetic masks); SimPO has no reference, counted all the same (an upper bound)."""
     rows, length = 2 * cfg["batch_size"], cfg["max_length"]
     seq = 2 * length if two_copy and diffusion else length
-    passes = cfg.get("elbo_samples", 1) if diffusion else 1
+    passes = cfg.get("elbo_samples", 1) * (2 if cfg.get("antithetic") else 1) if diffusion else 1
     scored = rows * length * (MASKED_FRACTION if diffusion else 1)  # TRL's fused head reads every position
     forward = passes * forward_flops(shape, rows, seq, scored)
     backward = 1 if cfg.get("lora") else 2

@@ -101,7 +101,8 @@ def dpo_parts(shape: Shape, cfg: dict, diffusion: bool, two_copy: bool = False) 
     in the 2L layout when ``two_copy``."""
     rows = 2 * cfg["batch_size"] // cfg.get("grad_accum", 1)  # chosen and rejected
     tokens = rows * cfg["max_length"] * (2 if diffusion and two_copy else 1)
-    passes = cfg.get("elbo_samples", 1) if diffusion else 1  # each ELBO forward's layer inputs await the backward
+    # each ELBO forward's layer inputs await the backward (two forwards a draw with antithetic masks)
+    passes = cfg.get("elbo_samples", 1) * (2 if cfg.get("antithetic") else 1) if diffusion else 1
     lora = cfg.get("lora")
     if lora:
         trained = lora_params(shape, lora["r"])
@@ -232,6 +233,7 @@ def armap_one_gpu_jobs(config: dict, shapes: dict, armap, budget: float) -> list
     """DPO of the teacher and of the DLM, spectra and gamma search per model: memory, and hours
     against ``cluster.armap_runtime_hours``. The DLM's rows take the 2L layout when any of the
     model's AR-MAP runs uses block attention; pairs are cut to their DPO's ``max_length``."""
+    from ..pipeline.jobs import direct_objectives
     from ..pipeline.runs import resolve_run
 
     a, cluster = config["armap"], config["cluster"]
@@ -242,9 +244,14 @@ def armap_one_gpu_jobs(config: dict, shapes: dict, armap, budget: float) -> list
     for model in sorted({j.model for j in armap.dpo}):
         shape = shapes[model]
         two_copy = any(resolve_run(config, d.run)["attention"] == "block" for d in armap.dlms if d.model == model)
-        for kind, diffusion in (("dpo_teacher", False), ("dlm_dpo", True)):
-            cfg = a["dpo" if kind == "dpo_teacher" else "dlm_dpo"]
-            job = dpo_job(f"{kind}/{model}", shape, cfg, diffusion, budget, cluster["gpus_per_node"], two_copy)
+        kinds = [("dpo_teacher", a["dpo"], False)] + [
+            (f"dlm_{o}", a[f"dlm_{o}"], True) for o in direct_objectives(config)
+        ]
+        for kind, cfg, diffusion in kinds:
+            if kind == "dlm_simpo":  # TRL's CPO trainer on one GPU, no reference
+                job = _job(f"{kind}/{model}", {**dpo_parts(shape, cfg, True, two_copy), "reference": 0.0}, budget)
+            else:
+                job = dpo_job(f"{kind}/{model}", shape, cfg, diffusion, budget, cluster["gpus_per_node"], two_copy)
             jobs.append(
                 replace(
                     job,

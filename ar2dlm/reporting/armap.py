@@ -7,11 +7,14 @@ from __future__ import annotations
 import pandas as pd
 
 from ..pipeline import layout
-from ..pipeline.jobs import armap_dlms, dlm_dpo_seeds, search_seeds
+from ..pipeline.jobs import armap_dlms, direct_objectives, dlm_dpo_seeds, search_seeds
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
 from .figures import pyplot, save
 from .tables import headline_metric, machine_note, mean_sd
+
+# the rows of AR-MAP's baselines trained directly on the DLM (armap.dlm_<objective>)
+DIRECT_LABELS = {"dpo": "DLM DPO (direct, VRPO's estimator)", "simpo": "DLM SimPO (direct)"}
 
 
 def armap_report_inputs(config: dict) -> list[str]:
@@ -27,7 +30,10 @@ def armap_report_inputs(config: dict) -> list[str]:
             for b in a["evals"].get(d, []):
                 out.append(layout.eval_path(b, m, r, s, step))
                 if s in dpo_seeds:
-                    out.append(layout.derived_eval_path(b, m, r, s, layout.dlm_dpo_name(d)))
+                    out += [
+                        layout.derived_eval_path(b, m, r, s, layout.direct_name(d, o))
+                        for o in direct_objectives(config)
+                    ]
                 out += [layout.derived_eval_path(b, m, r, s, layout.armap_name(d, g)) for g in a["eval_merges"]]
                 out += [layout.teacher_dpo_eval_path(b, m, d, s), layout.eval_path(b, m, "teacher")]
     return sorted(set(out))
@@ -64,10 +70,13 @@ def main_table(config: dict) -> pd.DataFrame:
                 step = resolve_run(config, run)["training"]["steps"]
                 variants = {
                     "DLM (base)": [layout.eval_path(b, m, run, s, step) for s in seeds],
-                    "DLM DPO (direct)": [
-                        layout.derived_eval_path(b, m, run, s, layout.dlm_dpo_name(d)) for s in seeds if s in dpo_seeds
-                    ],
                 }
+                for o in direct_objectives(config):
+                    variants[DIRECT_LABELS[o]] = [
+                        layout.derived_eval_path(b, m, run, s, layout.direct_name(d, o))
+                        for s in seeds
+                        if s in dpo_seeds
+                    ]
                 for g in a["eval_merges"]:
                     variants[f"AR-MAP {g} (gamma_hat)"] = [
                         layout.derived_eval_path(b, m, run, s, layout.armap_name(d, g)) for s in seeds

@@ -43,6 +43,7 @@ from ..pipeline.config import benchmark_settings
 from ..pipeline.jobs import armap_dlms, dlm_dpo_seeds, study_members, study_models, study_seeds
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
+from .armap import DIRECT_LABELS
 
 CONFIDENCE = 0.95
 MIN_SEEDS = 3
@@ -285,7 +286,7 @@ def claim_inputs(config: dict) -> list[str]:
             paths += [
                 layout.derived_eval_path(b, *d, name)
                 for d, pd_, b in _armap_evals(config)
-                for name in (layout.armap_name(pd_, c.armap["merge"]), layout.dlm_dpo_name(pd_))
+                for name in (layout.armap_name(pd_, c.armap["merge"]), layout.direct_name(pd_, _baseline(c)))
             ]
             paths += [layout.eval_path(b, d.model, TEACHER) for d, _, b in _armap_evals(config)]  # its floor
             continue
@@ -315,10 +316,15 @@ ARMAP_MEASURES = {
     "gamma_hat": "gamma_hat - 1",
     "vs_gamma_one": "test reward accuracy at gamma_hat minus at gamma 1",
     "vs_no_transfer": "test reward accuracy at gamma_hat minus at gamma 0 (the DLM without the preference vector)",
-    "merged_vs_direct": "the merged DLM (gamma_hat) minus the DLM DPO'd directly, on each domain's benchmarks",
+    "merged_vs_direct": "the merged DLM (gamma_hat) minus the DLM trained directly on each domain's benchmarks",
     "gamma_order": "gamma_hat of the higher domain minus that of the lower domain",
     "shadowing": "log10 of the median over weight matrices of spectral_norm(tau_diffusion) / spectral_norm(tau_pref)",
 }
+
+
+def _baseline(c: Claim) -> str:
+    """The direct baseline a merged-vs-direct claim compares with (armap.dlm_<objective>)."""
+    return c.armap.get("baseline", "dpo")
 
 
 def _armap_evals(config: dict) -> list[tuple[tuple, str, str]]:
@@ -360,14 +366,17 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
                 headline_value(config, b, read_json(layout.derived_eval_path(b, *d, layout.armap_name(pd_, merge))))
             )
             direct.append(
-                headline_value(config, b, read_json(layout.derived_eval_path(b, *d, layout.dlm_dpo_name(pd_))))
+                headline_value(
+                    config, b, read_json(layout.derived_eval_path(b, *d, layout.direct_name(pd_, _baseline(c))))
+                )
             )
         mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
-        arms = {f"AR-MAP ({merge})": mean(merged), "DLM DPO (direct)": mean(direct)}
+        arms = {f"AR-MAP ({merge})": mean(merged), DIRECT_LABELS[_baseline(c)]: mean(direct)}
         read = ", ".join(sorted({f"{pd_}: {b}" for _, pd_, b in cells}))
         if below:  # a benchmark the AR teacher cannot do shows nothing of what the transfer keeps
             read += f"; left out, the AR teacher below {floor}: {', '.join(below)}"
-        return [x - y for x, y in zip(merged, direct)], f"{ARMAP_MEASURES[measure]} ({read})", arms
+        label = f"{ARMAP_MEASURES[measure]}, {DIRECT_LABELS[_baseline(c)]} ({read})"
+        return [x - y for x, y in zip(merged, direct)], label, arms
     diffs = []
     for d in armap_dlms(config):
         curves = {
