@@ -1,20 +1,25 @@
-"""Sweep DPO settings on a preset's AR teacher: which lr, beta, steps, LoRA or full weights align
-(held-out preference accuracy up) without harm (pass@1 kept on every benchmark AR-MAP evaluates).
+"""Sweep DPO settings on a preset's AR teacher, or AR-MAP's baselines on a DLM: which lr, beta,
+steps, LoRA or full weights align (held-out preference accuracy up) without harm (pass@1 kept on
+every benchmark AR-MAP evaluates).
 
     python benchmarks/dpo_sweep.py RESULTS_DIR [--preset tiny] [--domain all] \\
         [--setting '{"lr": 5e-4}' ...] [--out dpo_sweep.json]
+    python benchmarks/dpo_sweep.py RESULTS_DIR --dlm mdlm --objective simpo --domain code ...
 
-RESULTS_DIR is a run's ``results/`` folder holding the teacher, its preference pairs and the
-evaluations' problem files (``snakemake all_armap`` builds them). Each ``--setting`` is merged over
-the preset's ``armap.dpo``; without any, the built-in grid below runs. For the teacher and for
-every setting it prints and records:
+RESULTS_DIR is a run's ``results/`` folder holding the teacher (or, with ``--dlm RUN``, that
+conversion's seed-0 checkpoint), its preference pairs and the evaluations' problem files
+(``snakemake all_armap`` builds them). Each ``--setting`` is merged over the preset's ``armap.dpo``
+(with ``--dlm``: ``armap.dlm_<objective>``, the direct baseline: dpo with VRPO's estimator, or
+simpo); without any, the built-in grid below runs. For the base model and for every setting it
+prints and records:
 
 - ``reward_acc``: TRL's held-out implicit-reward accuracy, the share of pairs whose margin
   beta * (log-ratio of y_w - log-ratio of y_l) against the teacher is positive (0 for the teacher
   itself, whose margins are all 0);
 - ``rank_acc``: the share of held-out pairs whose chosen response the model finds more likely
-  than the rejected one (log p(y_w|x) > log p(y_l|x)), the teacher's own preference accuracy;
-- each AR-MAP benchmark's headline score and its retention (score / the teacher's).
+  than the rejected one (log p(y_w|x) > log p(y_l|x)), the teacher's own preference accuracy
+  (causal models only: a DLM's would rank two Monte Carlo ELBOs);
+- each AR-MAP benchmark's headline score and its retention (score / the base model's).
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ GRID = [
     {"lr": 1e-3, "steps": 60, "lora": {"r": 8, "alpha": 16}},
     {"lr": 2e-4, "steps": 60, "lora": {"r": 8, "alpha": 16}},
 ]
+
+# a direct baseline on a DLM (--dlm): the preset's own setting, lr down and up, and LoRA (AR-MAP's recipe)
+DLM_GRID = [{}, {"lr": 5e-5}, {"lr": 1e-3}, {"lr": 3e-4, "lora": {"r": 8, "alpha": 16}}]
 
 
 def rank_accuracy(model_dir, rows: list[dict], max_length: int) -> float:
@@ -77,6 +85,8 @@ def main() -> None:
     ap.add_argument("results", type=Path, help="a run's results/ folder (teacher, preference pairs, problem files)")
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--model", default=None, help="the teacher (default: the preset's first model)")
+    ap.add_argument("--dlm", default=None, help="a conversion run: sweep the direct baseline on its seed-0 DLM")
+    ap.add_argument("--objective", choices=["dpo", "simpo"], default="dpo", help="--dlm: armap.dlm_<objective>")
     ap.add_argument("--domain", default="all", help="a preference domain, or all of armap.domains together")
     ap.add_argument("--setting", action="append", type=json.loads, help="JSON merged over armap.dpo (repeatable)")
     ap.add_argument("--seed", type=int, default=0)
@@ -88,6 +98,7 @@ def main() -> None:
 
     from ar2dlm.armap.dpo import train_dpo
     from ar2dlm.armap.pipeline import preference_rows
+    from ar2dlm.core.models import final_checkpoint
     from ar2dlm.pipeline.config import merge_preset
     from ar2dlm.provenance import deep_merge, write_json
 
@@ -98,21 +109,31 @@ def main() -> None:
     from ar2dlm.pipeline import layout
 
     model = a.model or next(iter(config["models"]))
-    teacher = Path(layout.teacher_dir(model))
-    if not teacher.is_dir():
-        ap.error(f"no teacher at {teacher.resolve()}: run `snakemake {teacher}` first")
     armap = config["armap"]
+    if a.dlm:
+        manifest = Path(layout.conversion_manifest(model, a.dlm, 0))
+        if not manifest.is_file():
+            ap.error(f"no conversion at {manifest.resolve()}: run `snakemake {manifest}` first")
+        if f"dlm_{a.objective}" not in armap:
+            ap.error(f"the preset {a.preset} has no armap.dlm_{a.objective}")
+        teacher = Path(final_checkpoint(manifest))  # the base model the baseline trains
+        base = {**armap[f"dlm_{a.objective}"], "objective": a.objective}
+    else:
+        teacher = Path(layout.teacher_dir(model))
+        if not teacher.is_dir():
+            ap.error(f"no teacher at {teacher.resolve()}: run `snakemake {teacher}` first")
+        base = armap["dpo"]
     domains = armap["domains"] if a.domain == "all" else [a.domain]
     benches = a.benchmarks or armap["evals"][a.domain]
-    base = armap["dpo"]
     train = preference_rows([layout.preference_file(d, "train") for d in domains], base["train_pairs"])
     held = preference_rows([layout.preference_file(d, "eval") for d in domains], base["eval_pairs"])
 
     t0 = time.time()
     ref = scores(config, teacher, benches, a.seed, a.limit)
-    rows = [{"setting": "teacher", "reward_acc": 0.0, "rank_acc": rank_accuracy(teacher, held, base["max_length"])}]
+    rank = (lambda m: None) if a.dlm else (lambda m: rank_accuracy(m, held, base["max_length"]))  # noqa: E731
+    rows = [{"setting": a.dlm or "teacher", "reward_acc": 0.0, "rank_acc": rank(teacher)}]
     rows[0] |= ref
-    settings = a.setting or GRID
+    settings = a.setting or (DLM_GRID if a.dlm else GRID)
     for own in settings:
         cfg = deep_merge(base, own)
         work = Path(tempfile.mkdtemp(prefix="dpo_sweep_"))
@@ -120,7 +141,7 @@ def main() -> None:
             t1 = time.time()
             prov = train_dpo(teacher, train, held, work / "model", cfg, a.seed, domains)
             row = {"setting": json.dumps(own, sort_keys=True), "reward_acc": prov["reward_accuracy"]}
-            row["rank_acc"] = rank_accuracy(work / "model", held, cfg["max_length"])
+            row["rank_acc"] = rank(work / "model")
             for b, v in scores(config, work / "model", benches, a.seed, a.limit).items():
                 row[b] = v
                 row[f"{b}_kept"] = round(v / ref[b], 3) if ref[b] else None
@@ -129,7 +150,8 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        write_json(out_path, {"preset": a.preset, "domain": a.domain, "limit": a.limit, "base": base, "rows": rows})
+        record = {"preset": a.preset, "domain": a.domain, "limit": a.limit, "base": base, "dlm": a.dlm}
+        write_json(out_path, record | {"rows": rows})
     import pandas as pd
 
     print(pd.DataFrame(rows).to_markdown(index=False))
