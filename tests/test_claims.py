@@ -181,10 +181,10 @@ def test_armap_claims_compare_the_merge_with_direct_dpo_and_order_the_domains_ga
     assert df.loc["direct", "seeds"] == 3 and df.loc["direct", "effect"] == pytest.approx(0.15)
     assert df.loc["direct", "verdict"].startswith("holds")
     assert df.loc["simpo", "seeds"] == 3 and df.loc["simpo", "effect"] == pytest.approx(0.25)
-    assert "directly on each domain's benchmarks, DLM SimPO (direct) (code:" in df.loc["simpo", "measure"]
-    assert "DLM DPO (direct, VRPO's estimator) (code:" in df.loc["direct", "measure"]
+    assert "domain's benchmarks (DLM SimPO (direct); code: synthetic_code;" in df.loc["simpo", "measure"]
+    assert "(DLM DPO (direct, VRPO's estimator); code:" in df.loc["direct", "measure"]
     assert df.loc["direct", "measure"].endswith(
-        "(code: synthetic_code; left out, the AR teacher below 0.3: arithmetic (0.170))"
+        "code: synthetic_code; left out, the AR teacher below 0.3: arithmetic (0.170))"
     )
     assert df.loc["order", "seeds"] == 3 and df.loc["order", "effect"] == pytest.approx(3.0)
     assert df.loc["order", "measure"] == "gamma_hat of code minus gamma_hat of math (task_arithmetic)"

@@ -496,7 +496,8 @@ def check_armap(config: dict) -> None:
             "armap.dlm_dpo_seeds",
             f"{sorted(set(a['dlm_dpo_seeds']) - set(a['seeds']))} not in armap.seeds {a['seeds']}",
         )
-    if "dlm_simpo" in a and "dlm_simpo" not in config.get("cluster", {}).get("armap_runtime_hours", {"dlm_simpo": 0}):
+    runtimes = config.get("cluster", {}).get("armap_runtime_hours")  # planned: a runtime for each AR-MAP job kind
+    if "dlm_simpo" in a and runtimes is not None and "dlm_simpo" not in runtimes:
         raise ConfigError("cluster.armap_runtime_hours.dlm_simpo", "missing: armap.dlm_simpo's jobs need a runtime")
     parts = ("dpo", *(f"dlm_{o}" for o in direct_objectives(config)))
     for part in parts:

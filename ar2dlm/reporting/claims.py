@@ -81,7 +81,7 @@ class Claim:
     decoding: str = "best"  # or lowest_threshold, default_threshold (benchmarks with one row per decoding setting)
     equal_flops: bool = False
     effect: dict | None = None  # the paper's effect: {value, unit: abs | rel, where}
-    armap: dict | None = None  # {measure, merge[, lower, higher]}: see ARMAP_MEASURES
+    armap: dict | None = None  # {measure, merge[, lower, higher, baseline]}: see ARMAP_MEASURES
     quote: str | None = None  # the sentence of the paper's summary the claim tests (None: beyond the papers)
 
 
@@ -316,7 +316,7 @@ ARMAP_MEASURES = {
     "gamma_hat": "gamma_hat - 1",
     "vs_gamma_one": "test reward accuracy at gamma_hat minus at gamma 1",
     "vs_no_transfer": "test reward accuracy at gamma_hat minus at gamma 0 (the DLM without the preference vector)",
-    "merged_vs_direct": "the merged DLM (gamma_hat) minus the DLM trained directly on each domain's benchmarks",
+    "merged_vs_direct": "the merged DLM (gamma_hat) minus the same DLM trained directly, on each domain's benchmarks",
     "gamma_order": "gamma_hat of the higher domain minus that of the lower domain",
     "shadowing": "log10 of the median over weight matrices of spectral_norm(tau_diffusion) / spectral_norm(tau_pref)",
 }
@@ -375,7 +375,7 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
         read = ", ".join(sorted({f"{pd_}: {b}" for _, pd_, b in cells}))
         if below:  # a benchmark the AR teacher cannot do shows nothing of what the transfer keeps
             read += f"; left out, the AR teacher below {floor}: {', '.join(below)}"
-        label = f"{ARMAP_MEASURES[measure]}, {DIRECT_LABELS[_baseline(c)]} ({read})"
+        label = f"{ARMAP_MEASURES[measure]} ({DIRECT_LABELS[_baseline(c)]}; {read})"
         return [x - y for x, y in zip(merged, direct)], label, arms
     diffs = []
     for d in armap_dlms(config):
