@@ -189,9 +189,9 @@ class _ElboScoring:
     seeded by the training step and the sequences themselves, so a policy and its reference score
     the same batch under the same masks."""
 
-    conv = None
-    elbo_samples = 1
-    antithetic = False
+    def __init__(self, *args, conventions, elbo_samples: int, antithetic: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)  # the TRL trainer's
+        self.conv, self.elbo_samples, self.antithetic = conventions, elbo_samples, antithetic
 
     def _mask_seed(self, input_ids) -> int:
         content = zlib.crc32(input_ids.detach().cpu().numpy().tobytes())
@@ -215,9 +215,8 @@ def _dlm_trainer_class():
     class DLMDPOTrainer(_ElboScoring, DPOTrainer):
         """DPO on a DLM: sequence log-likelihoods are ELBOs under masks shared by policy and reference."""
 
-        def __init__(self, *args, conventions, elbo_samples: int, antithetic: bool = False, **kwargs):
+        def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.conv, self.elbo_samples, self.antithetic = conventions, elbo_samples, antithetic
             from peft import PeftModel
 
             # TRL's fused head sits on the base model under a LoRA adapter, and so does this one
@@ -246,10 +245,6 @@ def _dlm_simpo_trainer_class():
     class DLMSimPOTrainer(_ElboScoring, CPOTrainer):
         """SimPO on a DLM: TRL's CPO trainer with its SimPO loss, whose length-normalised
         log-likelihood of each response is the ELBO over the completion's tokens."""
-
-        def __init__(self, *args, conventions, elbo_samples: int, antithetic: bool = False, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.conv, self.elbo_samples, self.antithetic = conventions, elbo_samples, antithetic
 
         def concatenated_forward(self, model, batch):
             """TRL's contract: chosen and rejected average log-likelihoods, their logits (read only
