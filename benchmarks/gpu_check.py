@@ -28,7 +28,11 @@ Stages, through the project's own entry points (``python -m ar2dlm.training.conv
   its step checkpoint resumed by one process on the device (DCP resharded 2 -> 1, CPU -> device);
 - decode: the efficient_dlm checkpoint decoded with the exact block KV cache and without, in float64
   so cached and recomputed logits agree to ~1e-12 and the equality criterion of
-  ``tests/test_sampling.py`` (the same tokens) is not at the mercy of near-ties;
+  ``tests/test_sampling.py`` (the same tokens) is not at the mercy of near-ties; the decode engine's
+  responses against those paths (the DLM) and transformers' generate (the teacher);
+- decode_speed: tokens/s and milliseconds per forward kind of the engine's AR and block DLM at the
+  Qwen3-0.6B shape (random weights, bf16, CUDA graphs), transformers' generate, and vLLM serving
+  the same weights when it is installed (a skip line when not), against the weight-read bound;
 - dpo: one LoRA DPO step through TRL on the AR teacher (AR-MAP's preference vector) and on the mdlm
   DLM (the ELBO DPO baseline);
 - gamma: one gamma-search point merging that vector into the DLM;
@@ -609,11 +613,13 @@ def two_process_stage(ctx: Context) -> None:
 
 
 def decode_stage(ctx: Context) -> None:
-    """The efficient_dlm checkpoint decoded with the block KV cache and without (float64)."""
+    """The efficient_dlm checkpoint decoded with the block KV cache and without, and through the
+    decode engine; the teacher through the engine and transformers' generate (float64)."""
     import torch
 
+    from ar2dlm.core.engine import DecodeEngine
     from ar2dlm.core.models import load_model
-    from ar2dlm.core.sampling import generate_dlm
+    from ar2dlm.core.sampling import generate_ar, generate_dlm
     from ar2dlm.pipeline.layout import final_checkpoint
 
     _, out = ctx.need("run:efficient_dlm")
@@ -635,6 +641,158 @@ def decode_stage(ctx: Context) -> None:
         f"{conv.block_size}, fp64)",
         "the same tokens with the exact block KV cache as with full recomputation, with fewer positions run",
     )
+    engine_dlm = ctx.perturb("decode_engine", DecodeEngine(model, conv).generate(prompts, length, threshold=0.9)[0])
+    want_dlm = generate_dlm(model, conv, prompts, **{**kwargs, "stop_at_eos": True})[0]
+    teacher = load_model(ctx.need("teacher"), dtype=torch.float64, device=ctx.device)
+    ar_conv = teacher.conventions
+    engine_ar = DecodeEngine(teacher.model, ar_conv).generate(prompts, length)[0]
+    want_ar = generate_ar(teacher.model, teacher.tokenizer, prompts, length, batch_size=len(prompts))
+    ctx.expect(
+        "decode_engine",
+        engine_dlm == want_dlm and engine_ar == want_ar,
+        f"DLM {sum(a == b for a, b in zip(engine_dlm, want_dlm))} of {len(prompts)} responses equal to the "
+        f"DynamicCache path's, AR {sum(a == b for a, b in zip(engine_ar, want_ar))} of {len(prompts)} equal to "
+        "transformers' generate (fp64, to end-of-text)",
+        "the decode engine's greedy responses equal those of the paths it replaced",
+    )
+
+
+def decode_speed_stage(ctx: Context) -> None:
+    """Decoding speed at the Qwen3-0.6B shape (random weights; --quick: the check's small shape):
+    the engine's AR and block DLM (bf16 on CUDA, compiled with CUDA graphs), transformers'
+    generate, and vLLM when it is installed, against the weight-read bound of the device."""
+    from ar2dlm.core.conventions import Conventions
+    from ar2dlm.core.engine import DecodeEngine
+    from ar2dlm.core.sampling import generate_ar
+
+    model, arch = speed_model(ctx)
+    device = next(model.parameters()).device
+    prompt, new = list(range(11, 11 + SPEED["prompt"])), SPEED["new_tokens"]
+    ar = Conventions("causal", True, 3, 1, 2)
+    dlm = Conventions("block", False, 3, 1, 2, SPEED["block"])
+    cuda = ctx.device == "cuda"
+
+    class Tok:
+        eos_token_id, pad_token_id = 1, 2
+
+    rows, kinds = {}, {}
+    engines = {
+        "engine_ar": (DecodeEngine(model, ar, compile=cuda), {}),
+        "engine_dlm": (DecodeEngine(model, dlm, compile=cuda), {"steps_per_block": SPEED["steps_per_block"]}),
+    }
+    for name, (engine, kw) in engines.items():
+        engine.generate([prompt], new, stop_at_eos=False, **kw)  # compiles (CUDA graphs are captured here)
+        rows[name] = median_tokens_per_s(
+            lambda e=engine, k=kw: e.generate([prompt], new, stop_at_eos=False, **k), new, device
+        )
+        engine.time_kinds = True
+        kinds[name] = engine.generate([prompt], new, stop_at_eos=False, **kw)[1].ms_per_forward()
+    rows["hf_generate"] = median_tokens_per_s(
+        lambda: generate_ar(model, Tok, [prompt], new, batch_size=1, stop_at_eos=False), new, device
+    )
+    rows["vllm"], vllm_note = vllm_tokens_per_s(ctx, model, prompt, new)
+    weight_gb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9
+    bandwidth = copy_bandwidth_gbs(device)
+    bound_ms = 1e3 * weight_gb / bandwidth
+    fastest = min(v for k in kinds.values() for v in k.values())
+    fastest = ctx.perturb("decode_speed", fastest)
+    ctx.expect(
+        "decode_speed",
+        fastest >= bound_ms and all(v and v > 0 for k, v in rows.items() if k != "vllm"),
+        f"{arch}: tokens/s "
+        + ", ".join(f"{k} {v:.0f}" if v else f"{k} -" for k, v in rows.items())
+        + f"; ms per forward {kinds}; weights {weight_gb:.2f} GB at {bandwidth:.0f} GB/s copy bandwidth: "
+        f"{bound_ms:.3f} ms bound; DLM {SPEED['block'] // SPEED['steps_per_block']} tokens per forward; {vllm_note}",
+        "every forward timed no faster than reading the weights once allows (a timer that misses the "
+        "device's work reads faster), every decoder producing tokens",
+    )
+
+
+# The decode_speed stage: a 128-token prompt, 64 new tokens; the DLM decodes blocks of 32 in 8 steps
+# (4 tokens per forward: random weights have no confidence to threshold).
+SPEED = {"prompt": 128, "new_tokens": 64, "block": 32, "steps_per_block": 8}
+QWEN3_0_6B_SHAPE = dict(
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+)
+
+
+def speed_model(ctx: Context):
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    if ctx.quick:
+        a = ctx.sizes["arch"]
+        shape = dict(a, head_dim=a["hidden_size"] // a["num_attention_heads"], vocab_size=ctx.sizes["vocab"])
+        name = f"{a['hidden_size']}-wide, {a['num_hidden_layers']} layers"
+    else:
+        shape, name = QWEN3_0_6B_SHAPE, "Qwen3-0.6B shape"
+    shape = {**shape, "max_position_embeddings": 1024, "eos_token_id": 1, "pad_token_id": 2}
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if ctx.device == "cuda" else torch.float32
+    model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(dtype=dtype, device=ctx.device).eval()
+    return model, f"{name}, {str(dtype).removeprefix('torch.')}"
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_tokens_per_s(fn, tokens: int, device, repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return tokens / sorted(times)[len(times) // 2]
+
+
+def copy_bandwidth_gbs(device, gb: float = 0.5) -> float:
+    """The device's memory bandwidth as a large copy achieves it (read + write)."""
+    import torch
+
+    x = torch.empty(int(gb * 1e9) // 4, dtype=torch.float32, device=device)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    times = []
+    for _ in range(3):
+        _sync(device)
+        t0 = time.perf_counter()
+        y.copy_(x)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2 * gb / min(times)
+
+
+def vllm_tokens_per_s(ctx: Context, model, prompt: list[int], new: int) -> tuple[float | None, str]:
+    """The same weights served by vLLM (CUDA graphs, greedy, batch 1), when vLLM is installed."""
+    if ctx.device != "cuda" or importlib.util.find_spec("vllm") is None:
+        why = "vllm is not installed" if importlib.util.find_spec("vllm") is None else "vLLM needs a GPU"
+        return None, f"vLLM skipped: {why}"
+    from vllm import LLM, SamplingParams
+
+    folder = ctx.work / "speed_model"
+    model.save_pretrained(str(folder))
+    llm = LLM(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16", gpu_memory_utilization=0.3, seed=0)
+    params = SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True, detokenize=False)
+
+    def run():
+        llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
+
+    run()
+    rate = median_tokens_per_s(run, new, next(model.parameters()).device)
+    return rate, f"vLLM {rate:.0f} tokens/s (the engine's process keeps vLLM's memory: this stage runs last)"
 
 
 DPO_SETTINGS = {  # two optimizer steps: the first is at learning rate 0 (TRL's warm-up starts there)
@@ -854,7 +1012,7 @@ def stages(device: str, quick: bool) -> list[Stage]:
         Stage("train", (*(f"train_{f}" for f in FAMILIES), "on_policy_rollouts"), train_stage),
         Stage("resume", ("resume_losses", "resume_weights"), resume_stage, ("train",)),
         Stage("two_process", ("two_process_equals_one", "two_process_resumes_on_one"), two_process_stage),
-        Stage("decode", ("decode_block_cache",), decode_stage, ("train",)),
+        Stage("decode", ("decode_block_cache", "decode_engine"), decode_stage, ("train",)),
         Stage("dpo", ("dpo_lora_teacher", "dpo_lora_dlm"), dpo_stage, ("train",)),
         Stage("gamma", ("gamma_point",), gamma_stage, ("train", "dpo")),
         Stage(
@@ -865,6 +1023,7 @@ def stages(device: str, quick: bool) -> list[Stage]:
             "is compared with dense masks in tests/test_selected_logits.py",
         ),
         Stage("memory", memory_checks(device, quick), memory_stage, inputs=False),
+        Stage("decode_speed", ("decode_speed",), decode_speed_stage, inputs=False),
     ]
 
 
@@ -959,7 +1118,7 @@ def parse_args(argv=None):
         "--inject-failure",
         metavar="CHECK",
         help="alter what CHECK compares, to show that it fails: a check that compares values (train_* "
-        "but opdlm, resume_*, two_process_*, decode_block_cache, gamma_point, flex_vs_dense_*, "
+        "but opdlm, resume_*, two_process_*, decode_*, gamma_point, flex_vs_dense_*, "
         "memory_*)",
     )
     return ap.parse_args(argv)

@@ -2,11 +2,13 @@
 
 
 rule bench_decode:
-    """Tokens/s of AR KV-cached decoding vs DLM block decoding with and without the exact cache."""
+    """The DLM against its AR teacher on real responses: tokens/s, tokens per forward and pass@1
+    per decoder (the decode engine, transformers' generate, the DynamicCache path), milliseconds
+    per forward kind, and the cost of a forward by the positions it computes."""
     input:
         dlm=layout.conversion_manifest(config["bench"]["model"], config["bench"]["run"], config["seed"]),
         teacher=layout.teacher_dir(config["bench"]["model"]),
-        prompts=layout.suite_file("code", "eval"),
+        problems=layout.benchmark_problems(config["bench"]["benchmark"]),
     output:
         layout.bench_result("decode"),
     log:
@@ -19,16 +21,24 @@ rule bench_decode:
     params:
         script=os.path.join(workflow.basedir, "benchmarks", "decode.py"),
         b=config["bench"],
-        lengths=",".join(map(str, config["bench"]["lengths"])),
-        cache_lengths=",".join(map(str, config["bench"]["cache_lengths"])),
+        spec=config["eval"]["benchmarks"][config["bench"]["benchmark"]],
         thresholds=",".join(map(str, config["bench"]["thresholds"])),
+        cost_tokens=",".join(map(str, config["bench"]["cost_tokens"])),
+        flags=" ".join(
+            f
+            for f, on in (
+                ("--compile", config["bench"]["compile"]),
+                ("--cost-qwen3-0.6b", config["bench"]["cost_qwen3_0_6b"]),
+            )
+            if on
+        ),
     shell:
-        "python {params.script} --model $(dirname {input.dlm}) --ar-model {input.teacher} --prompts {input.prompts}"
-        " --out {output} --threads {threads} --batch-size {params.b[batch_size]}"
-        " --block-size {params.b[block_size]} --lengths {params.lengths} --cache-lengths {params.cache_lengths}"
-        " --thresholds {params.thresholds} --ratio-length {params.b[ratio_length]}"
-        " --reference-threshold {params.b[reference_threshold]} --task-prompts {params.b[task_prompts]}"
-        " --max-new-tokens {params.b[max_new_tokens]} > {log} 2>&1"
+        "python {params.script} --model $(dirname {input.dlm}) --ar-model {input.teacher} --problems {input.problems}"
+        " --out {output} --threads {threads} --batch-size {params.b[batch_size]} --thresholds {params.thresholds}"
+        " --task-prompts {params.b[task_prompts]} --max-new-tokens {params.b[max_new_tokens]}"
+        " --repeats {params.b[repeats]} --cost-tokens {params.cost_tokens} --cost-context {params.b[cost_context]}"
+        " --style {params.spec[style]} --format {params.spec[format]} --dataset {params.spec[dataset]}"
+        " --parallel {params.spec[parallel]} {params.flags} > {log} 2>&1"
 
 
 rule bench_train:

@@ -113,7 +113,7 @@ def _pairs(n):
 
 def test_gamma_search_uses_common_random_numbers_and_writes_a_decodable_dlm(models, tmp_path):
     from ar2dlm.armap.pipeline import search
-    from ar2dlm.core.sampling import generate
+    from ar2dlm.core.engine import generate
     from ar2dlm.provenance import read_json
 
     cfg = {"grid": [0, 1, 3], "beta": 0.1, "elbo_samples": 2, "batch_size": 32, "merges": {"task_arithmetic": {}}}

@@ -236,7 +236,9 @@ BAD_CONFIGS = [
         "runs.opd_off.distill.on_policy",
         "no completion_field",
     ),
-    ({"bench": {"ratio_length": 24}}, "bench.ratio_length", "not one of bench.lengths"),
+    ({"bench": {"benchmark": "arithmetic"}}, "bench.benchmark", "not a code benchmark"),
+    ({"bench": {"task_prompts": 5}}, "bench.task_prompts", "5 prompts, but benchmark synthetic_code keeps 4"),
+    ({"bench": {"max_new_tokens": 100}}, "bench.max_new_tokens", "block size 8 does not divide 100"),
     ({"studies": {"combined": {"evals": ["vibes"]}}}, "studies.combined.evals", "'vibes' is not a key of eval"),
     (
         {"eval": {"benchmarks": {"synthetic_code": {"max_new_tokens": 12}}}},

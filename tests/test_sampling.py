@@ -5,7 +5,8 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ar2dlm.core.conventions import Conventions
-from ar2dlm.core.sampling import generate, generate_ar, generate_dlm
+from ar2dlm.core.engine import generate
+from ar2dlm.core.sampling import generate_ar, generate_dlm
 
 EOS, PAD, MASK, V = 1, 2, 3, 48
 
@@ -116,18 +117,20 @@ def test_bad_decoding_inputs_are_named(model):
 
 
 class EndsAt(torch.nn.Module):
-    """The fixture model with end-of-text forced at and after absolute position ``at``: prompts of
-    different lengths then finish in different blocks."""
+    """The fixture model with end-of-text forced at and after absolute position ``at`` (at it only,
+    with ``only``): prompts of different lengths then finish in different blocks."""
 
-    def __init__(self, inner, at):
+    def __init__(self, inner, at, only=False):
         super().__init__()
-        self.inner, self.at, self.rows = inner, at, []
+        self.inner, self.at, self.only, self.rows = inner, at, only, []
+        self.config = inner.config
 
     def forward(self, **kw):
         self.rows.append(kw["input_ids"].shape[0])
         out = self.inner(**kw)
-        pos = kw["position_ids"] if kw.get("logits_to_keep") is None else kw["position_ids"][:, kw["logits_to_keep"]]
-        out.logits[..., EOS] += 100.0 * (pos >= self.at)
+        pos, keep = kw["position_ids"], kw.get("logits_to_keep")
+        pos = pos if keep is None else pos[:, -keep:] if isinstance(keep, int) else pos[:, keep]
+        out.logits[..., EOS] += 100.0 * ((pos == self.at) if self.only else (pos >= self.at))
         return out
 
 
@@ -184,3 +187,96 @@ def test_per_row_generators_draw_each_row_from_its_own_stream():
     together = sample_categorical(probs, gens())
     assert torch.equal(together[1:], sample_categorical(probs[1:], gens()[1:]))  # row 0 dropped: the others keep theirs
     assert not torch.equal(together, sample_categorical(probs, [torch.Generator().manual_seed(s) for s in (8, 9, 10)]))
+
+
+# The decode engine (core/engine.py) against the decoders it replaced: greedy outputs token for
+# token, with prompts of three lengths in batches of two (the last batch padded), rows that stop at
+# different blocks, and every step kind.
+ENGINE_PROMPTS = [[5, 9, 11, 20, 7, 4, 6, 8], [8, 30], [12, 13, 14]]
+
+
+def test_engine_ar_equals_transformers_generate(model):
+    ar = Conventions(attention="causal", shift=True, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
+    want = generate_ar(model, Tok, ENGINE_PROMPTS, 12, batch_size=2)
+    out, stats = generate(model, Tok, ar, ENGINE_PROMPTS, 12, batch_size=2)
+    assert out == want and stats["decoder"] == "ar" and stats["tokens_per_forward"] == 1.0
+    # end-of-text forced from the logits at absolute position 12: each row stops there, unchanged before
+    out, stats = generate(EndsAt(model, at=12), Tok, ar, ENGINE_PROMPTS, 12, batch_size=2)
+    assert out == [w[: 13 - len(p)] for w, p in zip(want, ENGINE_PROMPTS)]
+    assert stats["response_tokens"] == sum(map(len, out)) == stats["row_forwards"] - 3  # + the end-of-text steps
+
+
+@pytest.mark.parametrize("mode", ["block", "block_uncached", "bidirectional"])
+@pytest.mark.parametrize("shift", [False, True])
+@pytest.mark.parametrize("kwargs", [{"threshold": 0.9}, {"threshold": 0.3}, {"steps_per_block": 2, "threshold": None}])
+def test_engine_dlm_equals_the_dynamic_cache_path(model, mode, shift, kwargs):
+    from ar2dlm.core.engine import DecodeEngine
+
+    c, cache = conv(mode.split("_")[0], shift), mode == "block"
+    for m in (model, EndsAt(model, at=11)):
+        engine = DecodeEngine(m, c)
+        for stop in (True, False):
+            for i in (0, 2):
+                batch = ENGINE_PROMPTS[i : i + 2]
+                ref, _ = generate_dlm(m, c, batch, 24, 4, use_cache=cache, stop_at_eos=stop, **kwargs)
+                out, st = engine.generate(
+                    batch, 24, block_size=4, use_cache=cache, stop_at_eos=stop, batch_size=2, **kwargs
+                )
+                assert out == ref, (m, stop, i)
+                kinds = {"prefill", "block", "block_first"} if cache else {"canvas"}
+                assert set(st.forwards) <= kinds and st.nfe == sum(st.forwards.values())
+
+
+def test_engine_stops_inside_a_block_and_counts_no_token_after_end_of_text(model):
+    """End-of-text decoded at a block's first position with every earlier position filled: the
+    engine stops there, where the block-wise path decodes the rest of the block."""
+    from ar2dlm.core.engine import DecodeEngine
+
+    prompt = [5, 9, 11, 20, 7]  # response index k sits at absolute position 5 + k
+    m, c = EndsAt(model, at=5 + 8, only=True), conv("block", False)
+    ref, ref_stats = generate_dlm(m, c, [prompt], 24, 4, threshold=1.0)
+    out, st = DecodeEngine(m, c).generate([prompt], 24, threshold=1.0)
+    assert out == ref and len(out[0]) == 8
+    assert st.forwards["block"] + st.forwards["block_first"] == 8 + 1  # one token per step, then end-of-text
+    assert ref_stats.nfe - st.nfe == 3  # the reference decodes the three positions after it
+    assert st.tokens_per_forward == 8 / st.row_forwards
+
+
+def test_engine_batch_padding_and_frozen_rows_change_no_row(model):
+    from ar2dlm.core.engine import DecodeEngine
+
+    m, c = EndsAt(model, at=11), conv("block", True)
+    engine = DecodeEngine(m, c)
+    together, st = engine.generate(ENGINE_PROMPTS, 24, batch_size=4)
+    alone = [engine.generate([p], 24, batch_size=4)[0][0] for p in ENGINE_PROMPTS]
+    assert together == alone and set(m.rows) == {4}  # every forward ran the compiled batch shape
+    assert st.response_tokens == sum(map(len, together)) and st.row_forwards < st.nfe * 3
+
+
+def test_bad_engine_inputs_are_named(model):
+    from ar2dlm.core.engine import DecodeEngine
+
+    with pytest.raises(ValueError, match="does not divide"):
+        DecodeEngine(model, conv("bidirectional")).generate(PROMPTS, 10, block_size=4, use_cache=False)
+    with pytest.raises(ValueError, match="needs block attention"):
+        DecodeEngine(model, conv("bidirectional")).generate(PROMPTS, 8, block_size=4)
+    with pytest.raises(ValueError, match="3 prompts for a batch of 2"):
+        DecodeEngine(model, conv()).generate(PROMPTS, 8, batch_size=2)
+
+
+def test_compiled_engine_equals_eager_and_compiles_each_step_kind_once(model):
+    import torch._dynamo
+
+    from ar2dlm.core.engine import DecodeEngine, compile_available
+
+    if not compile_available():
+        pytest.skip("torch.compile needs a C++ compiler on a CPU")
+    torch._dynamo.reset()
+    c = conv("block", True)
+    eager, compiled = DecodeEngine(model, c), DecodeEngine(model, c, compile=True)
+    for batch in (ENGINE_PROMPTS[:2], ENGINE_PROMPTS[1:]):
+        for threshold in (0.9, 0.3):
+            want = eager.generate(batch, 24, threshold=threshold)[0]
+            assert compiled.generate(batch, 24, threshold=threshold)[0] == want
+    # two compiled kinds (block, block_first) at one width bucket: thresholds and prompts never recompile
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2

@@ -239,13 +239,21 @@ def test_decode_benchmark_rule(smoke_run):
     proc = run_snakemake(["bench", "--configfile", SMOKE, "--cores", "2"], smoke_run)
     assert proc.returncode == 0, proc.stderr[-3000:]
     bench = json.loads((smoke_run / "results" / "bench" / "decode.json").read_text())
-    assert set(bench["ratios"]["dlm_cached_over_ar_tokens_per_s"]) == {"0.5", "1.0"}
-    assert bench["ratios"]["cached_over_uncached_speed"]["32"] > 0
-    (one,) = [r for r in bench["dlm_thresholds"] if r["threshold"] == 1.0]
-    assert one["tokens_per_step"] == 1.0 and one["decoded"] == 2 * 32
-    assert bench["converted_dlm"] is True and bench["model"].endswith("ed_long/seed0/step_8")
-    assert bench["ar_model"].endswith("models/tiny/teacher") and bench["tasks"]["prompts"] == 2
-    assert {r["threshold"] for r in bench["tasks"]["dlm"]} == {0.5, 1.0}
+    rows = {(r["decoder"], r["threshold"]): r for r in bench["rows"]}
+    assert set(rows) == {("hf_generate", None), ("engine_ar", None)} | {
+        (d, t) for d in ("dynamic_dlm", "engine_dlm") for t in (0.5, 1.0)
+    }
+    # the engine decodes what the paths it replaced decode, and every row's responses are scored
+    assert rows["engine_ar", None]["same_as_replaced"] == rows["engine_dlm", 0.5]["same_as_replaced"] == 1.0
+    assert rows["engine_ar", None]["pass@1"] == rows["hf_generate", None]["pass@1"]
+    assert all(0 <= r["pass@1"] <= 1 and r["response_tokens"] > 0 for r in rows.values())
+    assert rows["engine_dlm", 1.0]["tokens_per_forward"] < 1  # one token a step, plus the prefill and block joins
+    assert rows["engine_dlm", 0.5]["tokens_per_forward"] >= rows["engine_dlm", 1.0]["tokens_per_forward"]
+    assert set(bench["ms_per_forward"]["engine_dlm@0.5"]) <= {"prefill", "block", "block_first"}
+    assert bench["equal_accuracy"]["reference_threshold"] == 1.0 and bench["prompts"] == 3
+    assert set(bench["cost_curve"]["model"]["ms_per_forward"]) == {"1", "8"}
+    assert bench["model"].endswith("ed_long/seed0/step_8") and bench["ar_model"].endswith("models/tiny/teacher")
+    assert (smoke_run / "results" / "bench" / "decode.md").read_text().startswith("| decoder")
     train = json.loads((smoke_run / "results" / "bench" / "train.json").read_text())
     assert set(train["runs"]) == {"mdlm", "ra", "ra_freeze"} and train["freeze_speedup"] > 0
     models = smoke_run / "results" / "models"

@@ -1,5 +1,8 @@
-"""Samplers. Autoregressive decoding with a KV cache via ``model.generate`` (the speed baseline);
-diffusion samplers build on the same batching and stopping conventions."""
+"""Sampling pieces shared by every decoder (left padding, categorical draws, the unmasking rule),
+and the two decoders the engine (``core/engine.py``) replaced for evaluation, kept as the decode
+benchmark's baseline rows and the engine tests' references: AR through transformers'
+``generate``, and DLM block decoding over a ``DynamicCache`` (also the on-policy rollouts'
+sampler, which records trajectories)."""
 
 from __future__ import annotations
 
@@ -173,7 +176,10 @@ def generate_dlm(
     trajectory: Trajectory | None = None,
     row_seeds: list[int] | None = None,
 ) -> tuple[list[list[int]], DecodeStats]:
-    """Semi-autoregressive confidence decoding of a DLM for a batch of token-id prompts.
+    """Semi-autoregressive confidence decoding of a DLM over transformers' ``DynamicCache``: the
+    path the decode engine (``core/engine.py``) replaced for evaluation, kept as the benchmark's
+    baseline row, the engine tests' reference and the on-policy rollouts' sampler (it records a
+    ``trajectory`` and draws each row from its own generator).
 
     The response starts fully masked and is decoded block by block, left to right. With block
     attention the attention blocks are the decoding blocks (prompt = block 0), and ``use_cache``
@@ -192,192 +198,131 @@ def generate_dlm(
     if use_cache and conv.attention != "block":
         raise ValueError("an exact KV cache needs block attention; decode bidirectional models with use_cache=False")
     model.eval()
-    device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
-    gen = torch.Generator(device=device).manual_seed(seed)
-    if row_seeds is not None:
-        if len(row_seeds) != len(prompts):
-            raise ValueError(f"{len(row_seeds)} row seeds for {len(prompts)} prompts")
-        gen = [torch.Generator(device=device).manual_seed(s) for s in row_seeds]
     t0 = time.perf_counter()
-    stats = DecodeStats(batch_size=len(prompts))
-    ids, valid = left_pad(prompts, conv.pad_token_id)
-    B, P = ids.shape
-    ids = torch.cat([ids, torch.full((B, gen_length), conv.mask_token_id)], 1).to(device)
-    valid = torch.cat([valid, torch.ones(B, gen_length, dtype=torch.long)], 1).to(device)
-    plens = torch.tensor([len(p) for p in prompts], device=device)
-    pos = position_ids(valid)
-    mode = "block" if conv.attention == "block" else "bidirectional"
-    full_mask = attention_mask(mode, valid, dtype, plens, block_size)
-
-    if trajectory is not None:
-        trajectory.valid, trajectory.prompt_lens, trajectory.states = valid, plens, []
-    final = ids.clone()  # rows are written back here as they leave the batch
-    live = torch.arange(B, device=device)  # the rows still decoding
-    cache, carry, pending = None, None, None
-    if use_cache:
-        cache = DynamicCache()
-        out = model(
-            input_ids=ids[:, :P],
-            position_ids=pos[:, :P],
-            attention_mask=full_mask[:, :, :P, :P],
-            **{CACHE_KW: cache},
-            use_cache=True,
-        )
-        carry = out.logits[:, -1:]
-        stats.nfe += 1
-        stats.forward_tokens += B * P
-
-    for start in range(P, P + gen_length, block_size):
-        end = start + block_size
-        n_steps_left = steps_per_block
+    d = _DynamicDecode(model, conv, prompts, gen_length, block_size, use_cache, seed, row_seeds, trajectory)
+    for start in range(d.P, d.P + gen_length, block_size):
+        end, n_steps_left = start + block_size, steps_per_block
         while True:
-            still = ids[:, start:end] == conv.mask_token_id
+            still = d.ids[:, start:end] == conv.mask_token_id
             if not still.any():
                 break
             if trajectory is not None:
-                trajectory.states.append((start, ids[:, start:end].clone()))
-            if use_cache:
-                # The previous block's final keys/values are appended in the same forward as this
-                # block's first step (its queries cannot see this block), saving a pass per block.
-                lo = start if pending is None else pending
-                out = model(
-                    input_ids=ids[:, lo:end],
-                    position_ids=pos[:, lo:end],
-                    attention_mask=full_mask[:, :, lo:end, :end],
-                    **{CACHE_KW: cache},
-                    use_cache=True,
-                )
-                stats.forward_tokens += len(ids) * (end - lo)
-                cache.crop(start - cache.get_seq_length())  # keep the finished blocks only (negative = remove)
-                if pending is not None:
-                    carry, pending = out.logits[:, start - lo - 1 : start - lo], None
-                logits = out.logits[:, start - lo :]
-                if conv.shift:
-                    logits = torch.cat([carry, logits[:, :-1]], 1)
-            else:
-                width = end if mode == "block" else P + gen_length
-                lo = start - 1 if conv.shift else start
-                # logits of the block only: the whole canvas's would be rows x width x vocabulary
-                logits = model(
-                    input_ids=ids[:, :width],
-                    position_ids=pos[:, :width],
-                    attention_mask=full_mask[:, :, :width, :width],
-                    logits_to_keep=torch.arange(lo, lo + block_size, device=device),
-                ).logits
-                stats.forward_tokens += len(ids) * width
-            stats.nfe += 1
-            stats.steps += int(still.any(1).sum())
+                trajectory.states.append((start, d.ids[:, start:end].clone()))
+            logits = d.block_logits(start, end)
+            d.stats.nfe += 1
+            d.stats.steps += int(still.any(1).sum())
             # The mask token is never a decoded token: each step then fills at least one position.
             logits = logits.float()
             logits[..., conv.mask_token_id] = float("-inf")
             probs = torch.softmax(logits / temperature, -1) if temperature > 0 else torch.softmax(logits, -1)
-            if temperature > 0:
-                tokens = sample_categorical(probs, gen)
-            else:
-                tokens = probs.argmax(-1)
+            tokens = sample_categorical(probs, d.gen) if temperature > 0 else probs.argmax(-1)
             conf = probs.gather(-1, tokens[..., None]).squeeze(-1)
             n_fixed = None
             if steps_per_block is not None:
                 n_fixed = (still.sum(1) + n_steps_left - 1) // n_steps_left
                 n_steps_left = max(1, n_steps_left - 1)
             pick = _pick(conf, still, threshold, n_fixed)
-            stats.decoded += int(pick.sum())
-            ids[:, start:end] = torch.where(pick, tokens, ids[:, start:end])
-        pending = start  # its exact keys/values join the cache with the next block's first step
-        if stop_at_eos:
-            done = (ids[:, P:end] == conv.eos_token_id).any(1)
-            if done.all():
-                break
-            if done.any() and trajectory is None:
-                # Finished rows leave the batch: each later step runs only the rows still decoding.
-                final[live[done]] = ids[done]
-                keep = (~done).nonzero().squeeze(1)
-                live, ids, pos, full_mask = live[keep], ids[keep], pos[keep], full_mask[keep]
-                if isinstance(gen, list):
-                    gen = [gen[i] for i in keep.tolist()]
-                if cache is not None:
-                    cache.batch_select_indices(keep)
-                    carry = carry[keep]
-    final[live] = ids
-
-    if trajectory is not None:
-        trajectory.canvas, trajectory.forward_tokens = final, stats.forward_tokens
-    results = []
-    for row in final[:, P:].tolist():
-        row = [t for t in row if t != conv.mask_token_id]  # undecoded blocks after an early stop
-        if stop_at_eos and conv.eos_token_id in row:
-            row = row[: row.index(conv.eos_token_id)]
-        results.append(row)
-    stats.response_tokens = sum(len(r) for r in results)
-    stats.seconds = time.perf_counter() - t0
-    return results, stats
+            d.stats.decoded += int(pick.sum())
+            d.ids[:, start:end] = torch.where(pick, tokens, d.ids[:, start:end])
+        d.pending = start  # its exact keys/values join the cache with the next block's first step
+        if stop_at_eos and d.leave_finished(end):
+            break
+    return d.finish(stop_at_eos, t0)
 
 
-def generate(
-    model,
-    tokenizer,
-    conv: Conventions,
-    prompts: list[list[int]],
-    max_new_tokens: int,
-    *,
-    block_size: int | None = None,
-    threshold: float | None = 0.9,
-    steps_per_block: int | None = None,
-    temperature: float = 0.0,
-    seed: int = 0,
-    batch_size: int = 16,
-) -> tuple[list[list[int]], dict]:
-    """Decode with the model's own sampler, read from its conventions: KV-cached AR generation for a
-    causal model; block decoding for a DLM (its attention block, exact prefix cache, for block
-    attention; ``block_size`` decoding blocks with full recomputation for bidirectional ones, and
-    ignored by block-attention models), each block unmasked by confidence ``threshold`` or, when
-    ``steps_per_block`` is given, in that many steps. Returns the responses (cut at end-of-text)
-    and summed decoding statistics."""
-    t0 = time.perf_counter()
-    if not conv.is_diffusion:
-        sample = temperature > 0
-        outs = generate_ar(
-            model,
-            tokenizer,
-            prompts,
-            max_new_tokens,
-            batch_size=batch_size,
-            do_sample=sample,
-            temperature=temperature if sample else 1.0,
-            seed=seed,
+class _DynamicDecode:
+    """One batch of :func:`generate_dlm`: the canvas, the rows still decoding, the cache and the
+    shift's carried logit."""
+
+    def __init__(self, model, conv, prompts, gen_length, block_size, use_cache, seed, row_seeds, trajectory):
+        self.model, self.conv, self.block_size, self.trajectory = model, conv, block_size, trajectory
+        device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+        self.device = device
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        if row_seeds is not None:
+            if len(row_seeds) != len(prompts):
+                raise ValueError(f"{len(row_seeds)} row seeds for {len(prompts)} prompts")
+            self.gen = [torch.Generator(device=device).manual_seed(s) for s in row_seeds]
+        self.stats = DecodeStats(batch_size=len(prompts))
+        ids, valid = left_pad(prompts, conv.pad_token_id)
+        B, P = ids.shape
+        self.P, self.width = P, P + gen_length
+        self.ids = torch.cat([ids, torch.full((B, gen_length), conv.mask_token_id)], 1).to(device)
+        valid = torch.cat([valid, torch.ones(B, gen_length, dtype=torch.long)], 1).to(device)
+        plens = torch.tensor([len(p) for p in prompts], device=device)
+        self.pos = position_ids(valid)
+        self.mode = "block" if conv.attention == "block" else "bidirectional"
+        self.mask = attention_mask(self.mode, valid, dtype, plens, block_size)
+        if trajectory is not None:
+            trajectory.valid, trajectory.prompt_lens, trajectory.states = valid, plens, []
+        self.final = self.ids.clone()  # rows are written back here as they leave the batch
+        self.live = torch.arange(B, device=device)  # the rows still decoding
+        self.cache, self.carry, self.pending = None, None, None
+        if use_cache:
+            self.cache = DynamicCache()
+            self.carry = self._forward(0, P, P).logits[:, -1:]
+            self.stats.nfe += 1
+
+    def _forward(self, lo: int, end: int, kv: int):
+        self.stats.forward_tokens += len(self.ids) * (end - lo)
+        return self.model(
+            input_ids=self.ids[:, lo:end],
+            position_ids=self.pos[:, lo:end],
+            attention_mask=self.mask[:, :, lo:end, :kv],
+            **{CACHE_KW: self.cache},
+            use_cache=True,
         )
-        seconds = time.perf_counter() - t0
-        n = sum(len(o) for o in outs)
-        return outs, {
-            "decoder": "ar",
-            "response_tokens": n,
-            "seconds": round(seconds, 4),
-            "tokens_per_s": round(n / max(seconds, 1e-9), 2),
-            "tokens_per_step": 1.0,
-        }
-    if conv.attention == "block":
-        block_size = conv.block_size  # its attention blocks are its decoding blocks
-    elif block_size is None:
-        raise ValueError("a bidirectional DLM needs a decoding block size")
-    total = DecodeStats(batch_size=batch_size)
-    outs = []
-    for i in tqdm(range(0, len(prompts), batch_size), desc="decode", mininterval=5):
-        rows, st = generate_dlm(
-            model,
-            conv,
-            prompts[i : i + batch_size],
-            max_new_tokens,
-            block_size,
-            threshold=threshold,
-            steps_per_block=steps_per_block,
-            use_cache=conv.attention == "block",
-            temperature=temperature,
-            seed=seed + i,
-        )
-        outs += rows
-        for f in ("nfe", "forward_tokens", "steps", "decoded", "response_tokens"):
-            setattr(total, f, getattr(total, f) + getattr(st, f))
-    total.seconds = time.perf_counter() - t0
-    how = {"threshold": threshold} if steps_per_block is None else {"steps_per_block": steps_per_block}
-    return outs, {"decoder": "dlm", "block_size": block_size, **how, **total.as_dict()}
+
+    def block_logits(self, start: int, end: int) -> torch.Tensor:
+        """The logits predicting the block [start, end) from the canvas as it is now."""
+        if self.cache is None:
+            width = end if self.mode == "block" else self.width
+            lo = start - 1 if self.conv.shift else start
+            self.stats.forward_tokens += len(self.ids) * width
+            # logits of the block only: the whole canvas's would be rows x width x vocabulary
+            return self.model(
+                input_ids=self.ids[:, :width],
+                position_ids=self.pos[:, :width],
+                attention_mask=self.mask[:, :, :width, :width],
+                logits_to_keep=torch.arange(lo, lo + self.block_size, device=self.device),
+            ).logits
+        # The previous block's final keys/values are appended in the same forward as this
+        # block's first step (its queries cannot see this block), saving a pass per block.
+        lo = start if self.pending is None else self.pending
+        out = self._forward(lo, end, end)
+        self.cache.crop(start - self.cache.get_seq_length())  # keep the finished blocks only (negative = remove)
+        if self.pending is not None:
+            self.carry, self.pending = out.logits[:, start - lo - 1 : start - lo], None
+        logits = out.logits[:, start - lo :]
+        return torch.cat([self.carry, logits[:, :-1]], 1) if self.conv.shift else logits
+
+    def leave_finished(self, end: int) -> bool:
+        """Rows whose finished blocks hold end-of-text leave the batch; True once none is left."""
+        done = (self.ids[:, self.P : end] == self.conv.eos_token_id).any(1)
+        if done.all():
+            return True
+        if done.any() and self.trajectory is None:
+            # Finished rows leave the batch: each later step runs only the rows still decoding.
+            self.final[self.live[done]] = self.ids[done]
+            keep = (~done).nonzero().squeeze(1)
+            self.live, self.ids, self.pos, self.mask = self.live[keep], self.ids[keep], self.pos[keep], self.mask[keep]
+            if isinstance(self.gen, list):
+                self.gen = [self.gen[i] for i in keep.tolist()]
+            if self.cache is not None:
+                self.cache.batch_select_indices(keep)
+                self.carry = self.carry[keep]
+        return False
+
+    def finish(self, stop_at_eos: bool, t0: float) -> tuple[list[list[int]], DecodeStats]:
+        self.final[self.live] = self.ids
+        if self.trajectory is not None:
+            self.trajectory.canvas, self.trajectory.forward_tokens = self.final, self.stats.forward_tokens
+        results = []
+        for row in self.final[:, self.P :].tolist():
+            row = [t for t in row if t != self.conv.mask_token_id]  # undecoded blocks after an early stop
+            if stop_at_eos and self.conv.eos_token_id in row:
+                row = row[: row.index(self.conv.eos_token_id)]
+            results.append(row)
+        self.stats.response_tokens = sum(len(r) for r in results)
+        self.stats.seconds = time.perf_counter() - t0
+        return results, self.stats

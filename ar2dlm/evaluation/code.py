@@ -296,17 +296,15 @@ def evaluate_code(model, tokenizer, conv, tasks: list[dict], cfg: dict, seed: in
     post-process them, score them against ``tasks`` and return metrics, per-task results and the
     samples. ``cfg``: n_samples, temperature, max_new_tokens, batch_size, format, dataset, style,
     parallel, and for DLMs threshold (or steps_per_block) and (bidirectional models) block_size."""
-    from ..core.sampling import generate
-    from ..data.tokenization import encode_pair
+    from ..core.engine import generate
 
     n = cfg["n_samples"]
     temperature = cfg["temperature"] if n > 1 else 0.0
-    prompts = [encode_pair(tokenizer, t["prompt"], "", eos=False)[0] for t in tasks]
     outs, stats = generate(
         model,
         tokenizer,
         conv,
-        [p for p in prompts for _ in range(n)],
+        [p for p in code_prompts(tokenizer, tasks) for _ in range(n)],
         cfg["max_new_tokens"],
         block_size=cfg.get("block_size"),
         threshold=cfg.get("threshold"),
@@ -315,6 +313,20 @@ def evaluate_code(model, tokenizer, conv, tasks: list[dict], cfg: dict, seed: in
         seed=seed,
         batch_size=cfg["batch_size"],
     )
+    return {**score_responses(tokenizer, tasks, outs, cfg), "temperature": temperature, "decoding": stats}
+
+
+def code_prompts(tokenizer, tasks: list[dict]) -> list[list[int]]:
+    """Each task's prompt as the token ids a model continues."""
+    from ..data.tokenization import encode_pair
+
+    return [encode_pair(tokenizer, t["prompt"], "", eos=False)[0] for t in tasks]
+
+
+def score_responses(tokenizer, tasks: list[dict], outs: list[list[int]], cfg: dict) -> dict:
+    """Score decoded responses, ``len(outs) // len(tasks)`` per task in task order: metrics,
+    per-task counts and the samples. ``cfg``: format, dataset, style, parallel (memory_bytes)."""
+    n = len(outs) // len(tasks)
     texts = [tokenizer.decode(o) for o in outs]
     samples = [postprocess(t, texts[i * n + j], cfg["style"]) for i, t in enumerate(tasks) for j in range(n)]
     with tempfile.TemporaryDirectory() as tmp:  # evalplus scores every problem of its file
@@ -341,8 +353,6 @@ def evaluate_code(model, tokenizer, conv, tasks: list[dict], cfg: dict, seed: in
         "metrics": scored["metrics"],
         "n_tasks": len(tasks),
         "samples_per_task": n,
-        "temperature": temperature,
-        "decoding": stats,
         "per_task": per_task,
         "samples": samples,
     }

@@ -20,9 +20,9 @@ import torch
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
+from ..core.engine import generate
 from ..core.likelihood import ar_scores, dlm_elbo
 from ..core.models import load_model
-from ..core.sampling import generate
 
 
 @register_model("ar2dlm")

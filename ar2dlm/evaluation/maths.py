@@ -40,7 +40,7 @@ def extract_answer(text: str) -> str | None:
 
 def generate_answers(model, tokenizer, conv, items: list[dict], cfg: dict, seed: int = 0):
     """The model's responses to each item's ``prompt`` with its own sampler (token ids, decoding stats)."""
-    from ..core.sampling import generate
+    from ..core.engine import generate
     from ..data.tokenization import encode_pair
 
     prompts = [encode_pair(tokenizer, it["prompt"], "", eos=False)[0] for it in items]

@@ -204,26 +204,22 @@ def check_bench(config: dict) -> None:
             f"the decode benchmark times a block-attention run of {bench['model']}; "
             f"{bench['run']!r} is {timed['attention']} on {timed['models']}",
         )
-    if timed["block_size"] != bench["block_size"]:
+    spec = config["eval"]["benchmarks"].get(bench["benchmark"])
+    if spec is None or spec["kind"] != "code":
         raise ConfigError(
-            "bench.block_size",
-            f"{bench['block_size']} differs from run {bench['run']}'s block size {timed['block_size']}",
+            "bench.benchmark",
+            f"{bench['benchmark']!r} is not a code benchmark of eval.benchmarks (its problems are decoded)",
         )
-    if bench["ratio_length"] not in bench["lengths"]:
+    if spec.get("limit") and bench["task_prompts"] > spec["limit"]:
         raise ConfigError(
-            "bench.ratio_length", f"{bench['ratio_length']} is not one of bench.lengths {bench['lengths']}"
+            "bench.task_prompts",
+            f"{bench['task_prompts']} prompts, but benchmark {bench['benchmark']} keeps {spec['limit']}",
         )
-    if bench["max_new_tokens"] % bench["block_size"]:
+    if bench["max_new_tokens"] % timed["block_size"]:
         raise ConfigError(
             "bench.max_new_tokens",
-            f"block size {bench['block_size']} does not divide the length {bench['max_new_tokens']}",
+            f"run {bench['run']}'s block size {timed['block_size']} does not divide {bench['max_new_tokens']}",
         )
-    for key in ("lengths", "cache_lengths"):
-        for length in bench[key]:
-            if length % bench["block_size"]:
-                raise ConfigError(
-                    f"bench.{key}", f"block size {bench['block_size']} does not divide the length {length}"
-                )
 
 
 # Rows of the hub splits the presets name (from each data set's card), so a prompt set asking for
