@@ -25,7 +25,8 @@ import torch
 
 from ar2dlm.core.conventions import Conventions
 from ar2dlm.core.engine import compile_available
-from ar2dlm.core.models import load_model
+from ar2dlm.core.models import load_model, resolve_device
+from ar2dlm.core.precision import resolve_dtype, torch_dtype
 from ar2dlm.evaluation import decode_speed as ds
 from ar2dlm.evaluation.code import code_prompts, score_responses
 from ar2dlm.pipeline.layout import final_checkpoint
@@ -63,7 +64,10 @@ def parse_args(argv=None):
     ap.add_argument("--parallel", type=int, default=2, help="test processes while scoring")
     ap.add_argument("--cost-tokens", default="1,2,4,8,16,32")
     ap.add_argument("--cost-context", type=int, default=256)
-    ap.add_argument("--cost-qwen3-0.6b", dest="cost_qwen3", action="store_true", help="also a random-weight Qwen3-0.6B-shape model")
+    ap.add_argument(
+        "--cost-qwen3-0.6b", dest="cost_qwen3", action="store_true", help="also a random Qwen3-0.6B-shape model"
+    )
+    ap.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto", help="as the evaluation decodes")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--as-block-dlm", type=int, default=None, metavar="BLOCK", help="decode a causal checkpoint")
     return ap.parse_args(argv)
@@ -73,8 +77,9 @@ def load(a):
     model_dir = Path(a.model)
     if (model_dir / "train.json").is_file():
         model_dir = final_checkpoint(model_dir / "train.json")
-    model, tok, conv, _ = load_model(model_dir)
-    ar_model = load_model(a.ar_model).model if a.ar_model else model
+    dtype = torch_dtype(resolve_dtype(a.dtype, resolve_device("auto")))
+    model, tok, conv, _ = load_model(model_dir, dtype=dtype)
+    ar_model = load_model(a.ar_model, dtype=dtype).model if a.ar_model else model
     if not conv.is_diffusion:
         if not a.as_block_dlm:
             sys.exit(f"{a.model} is a causal checkpoint; pass --as-block-dlm BLOCK to time it as an unconverted DLM")

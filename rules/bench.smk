@@ -21,7 +21,7 @@ rule bench_decode:
     params:
         script=os.path.join(workflow.basedir, "benchmarks", "decode.py"),
         b=config["bench"],
-        spec=config["eval"]["benchmarks"][config["bench"]["benchmark"]],
+        spec=benchmark_settings(config, config["bench"]["benchmark"]),
         thresholds=",".join(map(str, config["bench"]["thresholds"])),
         cost_tokens=",".join(map(str, config["bench"]["cost_tokens"])),
         flags=" ".join(
@@ -38,7 +38,7 @@ rule bench_decode:
         " --task-prompts {params.b[task_prompts]} --max-new-tokens {params.b[max_new_tokens]}"
         " --repeats {params.b[repeats]} --cost-tokens {params.cost_tokens} --cost-context {params.b[cost_context]}"
         " --style {params.spec[style]} --format {params.spec[format]} --dataset {params.spec[dataset]}"
-        " --parallel {params.spec[parallel]} {params.flags} > {log} 2>&1"
+        " --parallel {params.spec[parallel]} --dtype {params.spec[dtype]} {params.flags} > {log} 2>&1"
 
 
 rule bench_train:

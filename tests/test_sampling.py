@@ -227,6 +227,34 @@ def test_engine_dlm_equals_the_dynamic_cache_path(model, mode, shift, kwargs):
                 assert set(st.forwards) <= kinds and st.nfe == sum(st.forwards.values())
 
 
+def test_engine_equals_the_replaced_paths_at_the_tiny_presets_shape():
+    """The tiny preset's architecture (random weights, sharpened), AR and every DLM attention mode,
+    32 new tokens from prompts of the code suite's lengths."""
+    import yaml
+
+    from ar2dlm.core.engine import DecodeEngine
+    from tests.conftest import REPO
+
+    arch = yaml.safe_load((REPO / "config" / "presets" / "tiny.yaml").read_text())["models"]["tiny"]["arch"]
+    torch.manual_seed(1)
+    cfg = Qwen3Config(**arch, vocab_size=1024, head_dim=arch["hidden_size"] // arch["num_attention_heads"])
+    m = Qwen3ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        m.model.norm.weight.mul_(60)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(4, 1024, (n,), generator=gen).tolist() for n in (40, 75)]
+    ar = Conventions(attention="causal", shift=True, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
+    assert DecodeEngine(m, ar).generate(prompts, 32)[0] == generate_ar(m, Tok, prompts, 32, batch_size=2)
+    for c, cache in (
+        (conv("block", True, 8), True),
+        (conv("block", False, 8), False),
+        (conv("bidirectional", True), False),
+    ):
+        want, st = generate_dlm(m, c, prompts, 32, 8, threshold=0.9, use_cache=cache)
+        assert DecodeEngine(m, c).generate(prompts, 32, block_size=8, threshold=0.9, use_cache=cache)[0] == want
+        assert st.response_tokens == 64 and st.tokens_per_step > 1  # full responses, several tokens a step
+
+
 def test_engine_stops_inside_a_block_and_counts_no_token_after_end_of_text(model):
     """End-of-text decoded at a block's first position with every earlier position filled: the
     engine stops there, where the block-wise path decodes the rest of the block."""

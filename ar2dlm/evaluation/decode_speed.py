@@ -155,6 +155,7 @@ def summary(rows: list[Decoder], pass_at_1: dict[str, float]) -> list[dict]:
         rec = {
             "decoder": row.name,
             "threshold": row.threshold,
+            "batch": row.stats[0].get("batch_size", 1),
             "response_tokens": tokens,
             "seconds": round(seconds, 4),
             "tokens_per_s": round(tokens / max(1e-9, seconds), 1),
