@@ -26,7 +26,7 @@ import torch
 from ar2dlm.core.conventions import Conventions
 from ar2dlm.core.engine import compile_available
 from ar2dlm.core.models import load_model, resolve_device
-from ar2dlm.core.precision import resolve_dtype, torch_dtype
+from ar2dlm.core.precision import cpu_native_bf16, resolve_dtype, torch_dtype
 from ar2dlm.evaluation import decode_speed as ds
 from ar2dlm.evaluation.code import code_prompts, score_responses
 from ar2dlm.pipeline.layout import final_checkpoint
@@ -94,7 +94,7 @@ def qwen3_shape_curve(a, tokens) -> dict:
 
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(Qwen3Config(**QWEN3_0_6B)).eval()
-    dtype = torch.bfloat16 if "AVX512_BF16" in torch.backends.cpu.get_cpu_capability().upper() else torch.float32
+    dtype = torch.bfloat16 if cpu_native_bf16() else torch.float32
     curve = ds.cost_curve(model.to(dtype), tokens, a.cost_context)
     return {**curve, "dtype": str(dtype), "parameters": sum(p.numel() for p in model.parameters())}
 

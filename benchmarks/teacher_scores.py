@@ -26,6 +26,8 @@ def main() -> None:
     from ar2dlm.provenance import read_json, write_json
     from ar2dlm.reporting.tables import headline_metric, headline_value
 
+    if not a.results.is_dir():
+        raise SystemExit(f"{a.results} is not a folder: give a finished run's results/ folder")
     config = merge_preset({"preset": a.preset}, REPO / "config")
     os.chdir(a.results.parent)  # result paths are relative to the run's working directory
     from ar2dlm.pipeline import layout
@@ -42,6 +44,8 @@ def main() -> None:
                 "value": round(headline_value(config, bench, res), 4),
             }
             provenance = {"commit": res.get("provenance", {}).get("commit"), "machine": res["versions"].get("machine")}
+    if not scores:  # never writes an empty record over the one kept
+        raise SystemExit(f"{a.results} holds no teacher evaluation of preset {a.preset}: {a.out} left as it is")
     write_json(a.out, {"preset": a.preset, "teacher_scores": scores, **provenance})
     print(f"{a.out}: {len(scores)} benchmarks")
 

@@ -38,7 +38,7 @@ rule bench_decode:
         " --task-prompts {params.b[task_prompts]} --max-new-tokens {params.b[max_new_tokens]}"
         " --repeats {params.b[repeats]} --cost-tokens {params.cost_tokens} --cost-context {params.b[cost_context]}"
         " --style {params.spec[style]} --format {params.spec[format]} --dataset {params.spec[dataset]}"
-        " --parallel {params.spec[parallel]} --dtype {params.spec[dtype]} {params.flags} > {log} 2>&1"
+        " --parallel {params.spec[parallel]} --dtype {params.b[dtype]} {params.flags} > {log} 2>&1"
 
 
 rule bench_train:

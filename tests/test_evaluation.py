@@ -302,3 +302,56 @@ def test_reward_judge_scores_answers_against_the_chosen_ones(arith_teacher, tmp_
     assert alone == pytest.approx([s["reward"] for s in first["samples"]], abs=1e-4)
     own = [{"prompt": it["prompt"], "chosen": a} for it, a in zip(items, answers)]
     assert evaluate_reward(model, tok, conv, own, spec, str(judge))["metrics"]["win_rate"] == 1.0
+
+
+def test_decode_benchmark_rows_ratios_and_the_equal_accuracy_threshold():
+    """Known answers: tokens/s from the median seconds, tokens per forward from the rows still
+    decoding, ratios to the engine's AR, and the lowest threshold within 2 points of the highest's
+    pass@1."""
+    from ar2dlm.evaluation.decode_speed import Decoder, equal_accuracy_speedup, summary
+
+    def row(name, threshold, seconds, responses, stats):
+        return Decoder(name, threshold, None, seconds=seconds, responses=responses, stats=stats)
+
+    ten = [[7] * 10, [7] * 10]  # two prompts, 10 response tokens each
+    rows = [
+        row("hf_generate", None, [0.5, 0.5], ten, [{}, {}]),
+        row("engine_ar", None, [0.1, 0.1], ten, [{"row_forwards": 11}, {"row_forwards": 11}]),
+        row("engine_dlm", 0.5, [0.02, 0.02], ten, [{"row_forwards": 2}, {"row_forwards": 3}]),
+        row("engine_dlm", 0.7, [0.04, 0.04], ten, [{"row_forwards": 4}, {"row_forwards": 4}]),
+        row("engine_dlm", 1.0, [0.1, 0.1], ten, [{"row_forwards": 11}, {"row_forwards": 11}]),
+        row("dynamic_dlm", 0.7, [0.05, 0.05], [[7] * 10, [8] * 10], [{"nfe": 5}, {"nfe": 5}]),
+    ]
+    pass1 = {"hf_generate": 0.7, "engine_ar": 0.7, "engine_dlm@0.5": 0.6, "engine_dlm@0.7": 0.69}
+    records = summary(rows, {**pass1, "engine_dlm@1.0": 0.70, "dynamic_dlm@0.7": 0.69})
+    by = {(r["decoder"], r["threshold"]): r for r in records}
+    assert by["engine_ar", None]["tokens_per_s"] == 100.0 and by["hf_generate", None]["tokens_per_s"] == 20.0
+    assert by["engine_ar", None]["over_hf_generate"] == 5.0 and by["engine_ar", None]["same_as_replaced"] == 1.0
+    assert by["engine_dlm", 0.5]["tokens_per_forward"] == 4.0  # 20 tokens over 5 forwards of live rows
+    assert by["engine_dlm", 0.7]["over_engine_ar"] == 2.5 and by["engine_dlm", 0.7]["same_as_replaced"] == 0.5
+    assert by["dynamic_dlm", 0.7]["tokens_per_forward"] == 2.0
+    chosen = equal_accuracy_speedup(records)
+    assert chosen["threshold"] == 0.7 and chosen["reference_threshold"] == 1.0 and chosen["over_engine_ar"] == 2.5
+    records[3]["pass@1"] = 0.67  # three points below: no threshold under 1.0 keeps the accuracy
+    assert equal_accuracy_speedup(records)["threshold"] == 1.0
+
+
+def test_teacher_scores_never_writes_a_record_from_no_results(tmp_path):
+    """benchmarks/teacher_scores.py on a missing or empty results folder stops naming it and leaves
+    the tracked record as it is."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    out = tmp_path / "teacher_scores.json"
+    out.write_text('{"kept": true}')
+    (tmp_path / "run" / "results").mkdir(parents=True)
+    for results, words in ((tmp_path / "none", "is not a folder"), (tmp_path / "run" / "results", "holds no teacher")):
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "teacher_scores.py"), str(results), "--out", str(out)],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode != 0 and words in proc.stderr, proc.stderr
+        assert out.read_text() == '{"kept": true}'

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core.conventions import Conventions
-from ..core.engine import WIDTH_BUCKET, DecodeEngine
+from ..core.engine import WIDTH_BUCKET, DecodeEngine, EngineStats
 from ..core.sampling import generate_ar, generate_dlm
 
 
@@ -163,7 +163,7 @@ def summary(rows: list[Decoder], pass_at_1: dict[str, float]) -> list[dict]:
             "pass@1": pass_at_1[row.label],
         }
         replaced = {"engine_ar": "hf_generate", "engine_dlm": f"dynamic_dlm@{row.threshold}"}.get(row.name)
-        if replaced:
+        if replaced in by:
             same = sum(a == b for a, b in zip(row.responses, by[replaced].responses))
             rec["same_as_replaced"] = round(same / max(1, len(row.responses)), 3)
         records.append(rec)
@@ -193,7 +193,7 @@ def equal_accuracy_speedup(records: list[dict], tolerance: float = 0.02) -> dict
 
 
 @torch.no_grad()
-def cost_curve(model, tokens: list[int], context: int, repeats: int = 5, compile: bool = False) -> dict:
+def cost_curve(model, tokens: list[int], context: int, repeats: int = 10, compile: bool = False) -> dict:
     """Milliseconds of one forward of ``n`` new positions (n in ``tokens``) over a ``context``-token
     static cache, median of ``repeats``: where a block step costs what one token costs, the forward
     is bound by reading the weights, not by the positions it computes."""
@@ -213,14 +213,16 @@ def cost_curve(model, tokens: list[int], context: int, repeats: int = 5, compile
         mask.masked_fill_(
             torch.ones(width, width, dtype=torch.bool, device=device).triu(1), torch.finfo(engine.dtype).min
         )
-        engine._eager_forward(ids[:, :context], pos[:, :context], mask[:, :, :context], cache, 1)
+        engine._run("prefill", EngineStats(), ids[:, :context], pos[:, :context], mask[:, :, :context], cache, 1)
         keep = torch.arange(n, device=device)
         times = []
         for _ in range(repeats + 1):  # the first run compiles
             engine._rewind(cache, context)
             _sync(device)
             t0 = time.perf_counter()
-            engine._forward(ids[:, context:], pos[:, context:], mask[:, :, context:], cache, keep)
+            engine._run(
+                f"cost_{n}", EngineStats(), ids[:, context:], pos[:, context:], mask[:, :, context:], cache, keep
+            )
             _sync(device)
             times.append(time.perf_counter() - t0)
         out[str(n)] = round(1e3 * statistics.median(times[1:]), 3)
