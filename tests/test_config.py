@@ -163,6 +163,8 @@ EFFECT = {"effect": {"value": 0.05, "where": "test"}}  # what every claim names
 
 
 BAD_CONFIGS = [
+    ({"training": {"lr": float("nan")}}, "training.lr", "nan is not a finite number"),
+    ({"armap": {"gamma": {"grid": [0, 1, float("inf")]}}}, "armap.gamma.grid.2", "inf is not a finite number"),
     # (override merged over the smoke preset, key that the error must name, words it must contain)
     ({"data": {"corpus": {"subset_tokenz": 5}}}, "data.corpus", "subset_tokenz"),
     ({"modelz": {}}, "<top level>", "modelz"),
@@ -692,3 +694,17 @@ def test_every_reported_number_has_its_source_unit_and_protocol():
             # a sentence of the paper's own summary, or an outside source named with its arXiv id
             summary = row["where"].startswith(f"{row['source']} summary: «")
             assert summary or "(arXiv" in row["source"], (table, row)
+
+
+def test_scientific_notation_reads_as_a_number():
+    """``lr: 1e-3`` is a string to YAML 1.1 (PyYAML, Snakemake's loader); the config reads it as the
+    number every ML config means, wherever a number goes."""
+    from ar2dlm.pipeline.checks import checked_config
+    from ar2dlm.provenance import deep_merge
+
+    smoke = yaml.safe_load((REPO / "config" / "presets" / "smoke.yaml").read_text())
+    override = yaml.safe_load("training: {lr: 1e-3, weight_decay: 5E-2}\narmap: {gamma: {grid: [0, 1e0, 2]}}")
+    assert override["training"]["lr"] == "1e-3"  # what YAML 1.1 hands over
+    merged = checked_config(deep_merge(smoke, override), REPO / "config")
+    assert merged["training"]["lr"] == 0.001 and merged["training"]["weight_decay"] == 0.05
+    assert merged["armap"]["gamma"]["grid"] == [0, 1.0, 2]

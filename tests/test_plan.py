@@ -270,3 +270,16 @@ def test_on_policy_decoding_pays_the_per_forward_overhead():
         without + length * shape.layers * FORWARD_OVERHEAD_MS_PER_LAYER / 1e3
     )
     assert decode_seconds(shape, resolve_run(config, "opd_off"), launch, config["cluster"]) == 0.0
+
+
+def test_the_planner_refuses_a_config_the_dag_build_refuses(tmp_path):
+    """A misspelt key plans nothing (it would plan on the default 80 GB GPUs), naming the key."""
+    import subprocess
+    import sys
+
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("preset: paper\ncluster: {gpu_memroy_gb: 40}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ar2dlm.plan", "--configfile", str(typo)], capture_output=True, text=True
+    )
+    assert proc.returncode == 1 and "'gpu_memroy_gb' was unexpected" in proc.stderr and not proc.stdout

@@ -12,7 +12,7 @@ from ..data.code_suite import split_pairings
 from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_EMBEDDING_TASKS, LOCAL_HARNESS_TASKS
 from ..methods.registry import problems, training_data
 from ..training.tracking import missing_package
-from .config import ConfigError, benchmark_settings, merge_preset, validate_config
+from .config import ConfigError, benchmark_settings, merge_preset, read_numbers, validate_config
 from .jobs import armap_domains, direct_objectives, study_models
 from .runs import resolve_run
 
@@ -44,7 +44,7 @@ def installed_names(package: str) -> tuple[str, set[str]]:
 def checked_config(config: dict, config_dir: str | Path) -> dict:
     """``config`` over its preset, validated against the schema and by the cross-key checks: the
     config the Snakefile builds the DAG from (a ConfigError names the first bad key)."""
-    merged = merge_preset(config, config_dir)
+    merged = read_numbers(merge_preset(config, config_dir))
     validate_config(merged, Path(config_dir) / "schema.yaml")
     check_config(merged)
     return merged

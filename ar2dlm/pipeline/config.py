@@ -4,6 +4,8 @@ over the preset's decoding defaults. Cross-key checks live in ``checks``."""
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
 import yaml
@@ -59,6 +61,25 @@ def config_schema(schema_path: str | Path) -> dict:
     run["method"] = {**run["method"], "enum": [name for name, m in METHODS.items() if m.conversion]}
     run.update({key: term.schema for key, term in TERMS.items()})
     return schema
+
+
+# YAML 1.1 (PyYAML, Snakemake's loader) reads ``1e-3`` as a string: it wants a dot and a signed
+# exponent (``1.0e-3``). Every ML config writes learning rates the first way.
+_SCIENTIFIC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
+
+
+def read_numbers(value, key: str = ""):
+    """``value`` with every string in scientific notation read as the number it writes, and every
+    non-finite number (``.nan``, ``.inf``) refused naming its key."""
+    if isinstance(value, dict):
+        return {k: read_numbers(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [read_numbers(v, f"{key}.{i}") for i, v in enumerate(value)]
+    if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):
+        value = float(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(key or "<top level>", f"{value} is not a finite number")
+    return value
 
 
 def validate_config(config: dict, schema_path: str | Path) -> None:

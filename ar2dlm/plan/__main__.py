@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from ..pipeline.config import merge_preset
+from ..pipeline.checks import checked_config
+from ..pipeline.config import ConfigError
 from .armap import over_runtime
 from .memory import GB, plan_jobs, unfit
 from .one_gpu import plan_one_gpu_jobs, unfit_one_gpu
@@ -27,7 +28,13 @@ def main(argv=None) -> int:
     ap.add_argument("--configfile", default=str(REPO / "config" / "presets" / "paper.yaml"))
     ap.add_argument("--gpu-memory-gb", type=float, help="override cluster.gpu_memory_gb")
     args = ap.parse_args(argv)
-    config = merge_preset(yaml.safe_load(Path(args.configfile).read_text()), REPO / "config")
+    path = Path(args.configfile)
+    if not path.is_file():
+        sys.exit(f"--configfile {args.configfile}: no such file")
+    try:  # the DAG build's checks: a typo in a key is refused here as there, naming the key
+        config = checked_config(yaml.safe_load(path.read_text()) or {}, REPO / "config")
+    except ConfigError as exc:
+        sys.exit(f"{args.configfile}: invalid config: {exc}")
     if not config.get("cluster"):
         sys.exit(
             f"{args.configfile}: no `cluster:` section (gpu_memory_gb, gpus_per_node, max_nodes, gpu_tflops, "
