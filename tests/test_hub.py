@@ -155,3 +155,24 @@ def test_missing_asset_in_a_job_names_prefetch(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(MissingAssetError, match="snakemake prefetch"):
         load_hub_dataset("HuggingFaceH4/ultrachat_200k", split="train_sft")
+
+
+def test_task_lookups_are_fast_and_quiet_on_a_cold_cache(tmp_path, monkeypatch, capfd):
+    """The paper's lm-eval tasks are found from the task files' own lines (not lm-eval's 15-50 s
+    index), and listing mteb's tasks prints none of its 504 beta-task warnings."""
+    import lm_eval.tasks
+
+    from ar2dlm.core.hub import lm_eval_task_path
+    from ar2dlm.pipeline.checks import installed_names
+
+    def no_index(*a, **k):
+        raise AssertionError("lm-eval's task index was built")
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", no_index)
+    paths = {t: lm_eval_task_path(t) for t in ("aime24", "gpqa_diamond_zeroshot", "gsm8k", "truthfulqa_mc2")}
+    for task, path in paths.items():
+        assert path.endswith(".yaml") and f"task: {task}" in open(path).read()
+    _, names = installed_names("mteb")
+    assert "SciFact" in names
+    assert "currently in beta" not in "".join(capfd.readouterr())

@@ -9,6 +9,7 @@ data sets of lm-eval and mteb tasks are ``dataset`` repositories."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -88,19 +89,48 @@ def cached_per_version(package: str, what: str, key: str, compute, fresh=lambda 
     return known[key]
 
 
+def lm_eval_yaml_tasks() -> dict[str, str]:
+    """Task name -> YAML file of the installed lm-eval, from its task files' ``task:`` lines: half
+    a second, where lm-eval's own index (``TaskManager``) takes 15-50 s on 2 cores (it found the
+    same file for every task both list). Groups, tags and tasks a file lists are not here: callers
+    fall back to the index for a name this does not know (cached per lm-eval version)."""
+
+    def compute():
+        import lm_eval.tasks
+
+        line = re.compile(r"^task:\s*['\"]?([\w\-.]+)['\"]?\s*$", re.M)
+        found = {}
+        for f in sorted(Path(lm_eval.tasks.__file__).parent.rglob("*.yaml")):
+            for m in line.finditer(f.read_text(errors="ignore")):
+                found.setdefault(m.group(1), str(f))
+        return found
+
+    return cached_per_version("lm_eval", "yaml-tasks", "all", compute)
+
+
+def lm_eval_task_path(task: str) -> str | None:
+    """The YAML file of an installed lm-eval task (None when it has none or is unknown)."""
+    path = lm_eval_yaml_tasks().get(task)
+    if path is None:  # not a file's own task: lm-eval's full index knows the rest
+        from lm_eval.tasks import TaskManager
+
+        entry = TaskManager().task_index.get(task)
+        path = None if entry is None or entry.yaml_path is None else str(entry.yaml_path)
+    return path
+
+
 def harness_entry(task: str) -> dict:
     """An installed lm-eval task's YAML file, the data set it reads and its first metric (cached)."""
 
     def compute():
-        from lm_eval.tasks import TaskManager
         from lm_eval.tasks._yaml_loader import load_yaml
 
-        entry = TaskManager().task_index.get(task)
-        if entry is None or entry.yaml_path is None:
+        path = lm_eval_task_path(task)
+        if path is None:
             raise KeyError(f"{task!r} is not a YAML task of the installed lm-eval")
-        cfg = load_yaml(entry.yaml_path, resolve_func=False)
+        cfg = load_yaml(path, resolve_func=False)
         return {
-            "yaml_path": str(entry.yaml_path),
+            "yaml_path": path,
             "path": cfg.get("dataset_path"),
             "name": cfg.get("dataset_name"),
             "revision": (cfg.get("dataset_kwargs") or {}).get("revision"),
@@ -125,13 +155,31 @@ def harness_dataset(task: str) -> dict:
     return {k: harness_entry(task)[k] for k in ("path", "name", "revision")}
 
 
+@contextlib.contextmanager
+def quiet_mteb():
+    """mteb warns (a log line and a Python warning) for every beta task it builds: 504 lines for
+    one listing of its tasks."""
+    import logging
+    import warnings
+
+    log = logging.getLogger("mteb")
+    level, log.level = log.level, logging.ERROR
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is currently in beta.*")
+            yield
+    finally:
+        log.setLevel(level)
+
+
 def mteb_dataset(task: str) -> dict:
     """{path, name, revision} of the data set an mteb task reads."""
 
     def compute():
         import mteb
 
-        ds = mteb.get_task(task).metadata.dataset
+        with quiet_mteb():
+            ds = mteb.get_task(task).metadata.dataset
         return {"path": ds["path"], "name": ds.get("name"), "revision": ds.get("revision")}
 
     return cached_per_version("mteb", "task-facts", task, compute)

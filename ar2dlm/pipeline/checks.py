@@ -7,7 +7,7 @@ import glob
 import json
 from pathlib import Path
 
-from ..core.hub import cached_per_version
+from ..core.hub import cached_per_version, lm_eval_task_path
 from ..data.code_suite import split_pairings
 from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_EMBEDDING_TASKS, LOCAL_HARNESS_TASKS
 from ..methods.registry import problems, training_data
@@ -28,7 +28,12 @@ def _lm_eval_tasks() -> list[str]:
 def _mteb_tasks() -> list[str]:
     import mteb
 
-    every = mteb.get_tasks(exclude_superseded=False, exclude_aggregate=False, exclude_private=False, exclude_beta=False)
+    from ..core.hub import quiet_mteb
+
+    with quiet_mteb():
+        every = mteb.get_tasks(
+            exclude_superseded=False, exclude_aggregate=False, exclude_private=False, exclude_beta=False
+        )
     return [t.metadata.name for t in every]
 
 
@@ -402,8 +407,8 @@ def check_evals(config: dict) -> None:
             raise ConfigError(
                 f"{key}.task", f"no local task {b['task']!r} (local tasks: {', '.join(LOCAL_HARNESS_TASKS)})"
             )
-        if b["kind"] == "harness" and not b["local"]:
-            v, known = installed_names("lm_eval")
+        if b["kind"] == "harness" and not b["local"] and lm_eval_task_path(b["task"]) is None:
+            v, known = installed_names("lm_eval")  # groups and tags too (lm-eval's whole index)
             if b["task"] not in known:
                 raise ConfigError(
                     f"{key}.task",
