@@ -20,7 +20,7 @@ except RuntimeError as exc:
     raise WorkflowError(str(exc)) from None
 
 from ar2dlm.pipeline import layout
-from ar2dlm.pipeline.checks import checked_config, emulated_bf16_warning
+from ar2dlm.pipeline.checks import checked_config, emulated_bf16_warning, sandbox_problem
 from ar2dlm.pipeline.config import ConfigError, benchmark_settings
 from ar2dlm.pipeline.jobs import (
     armap_domains,
@@ -57,6 +57,14 @@ config.clear()
 config.update(_checked)
 if _warning := emulated_bf16_warning(config):
     print(f"Warning: {_warning}", file=sys.stderr)
+# Generated code runs in a bubblewrap sandbox: this machine learns it cannot start one before any job
+# (a dry run is warned; a job on a compute node checks its own node before its model loads).
+# (workflow.dryrun is not yet set while the Snakefile is read: the command line says, -n or -np)
+_DRY_RUN = any(a in ("--dry-run", "--dryrun") or re.fullmatch(r"-[a-zA-Z]*n[a-zA-Z]*", a) for a in sys.argv)
+if not workflow.remote_exec and (_no_sandbox := sandbox_problem(config)):
+    if not _DRY_RUN:
+        raise WorkflowError(f"prerequisite missing: {_no_sandbox}")
+    print(f"Warning (dry run): {_no_sandbox}", file=sys.stderr)
 PLANS = {}  # conversion launches planned for config["cluster"] (python -m ar2dlm.plan prints them)
 GPU_JOBS = {}  # evaluation and AR-MAP jobs planned for it (GPUs of a sharded full DPO)
 if config.get("cluster"):

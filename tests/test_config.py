@@ -708,3 +708,31 @@ def test_scientific_notation_reads_as_a_number():
     merged = checked_config(deep_merge(smoke, override), REPO / "config")
     assert merged["training"]["lr"] == 0.001 and merged["training"]["weight_decay"] == 0.05
     assert merged["armap"]["gamma"]["grid"] == [0, 1.0, 2]
+
+
+def test_a_machine_without_the_sandbox_learns_it_before_any_job(tmp_path):
+    """No ``bwrap`` on PATH: the DAG build stops in one line naming the package (a dry run warns)."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    from tests.conftest import run_snakemake
+
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        pytest.skip("bubblewrap is not installed here")
+    hidden = tmp_path / "bin"  # every program of PATH but bwrap
+    hidden.mkdir()
+    for folder in os.environ["PATH"].split(os.pathsep):
+        for f in Path(folder).glob("*") if Path(folder).is_dir() else []:
+            if f.name != "bwrap" and not (hidden / f.name).exists():
+                (hidden / f.name).symlink_to(f)
+    work = tmp_path / "run"
+    work.mkdir()
+    proc = run_snakemake(["results/data/code/eval.jsonl", "--cores", "1"], work, PATH=str(hidden))
+    assert (
+        proc.returncode != 0 and "prerequisite missing" in proc.stderr and "apt-get install bubblewrap" in proc.stderr
+    )
+    assert not (work / "results").exists()
+    proc = run_snakemake(["all_tables", "-n"], work, PATH=str(hidden))
+    assert proc.returncode == 0 and "Warning (dry run): generated code runs in a bubblewrap sandbox" in proc.stderr

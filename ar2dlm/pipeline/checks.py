@@ -701,3 +701,20 @@ def check_claim_metric(config: dict, key: str, c: dict, in_list: bool = False) -
             f"{key}.decoding",
             f"benchmark {name} sweeps thresholds {bench.get('thresholds')}, not its own {bench['threshold']}",
         )
+
+
+SANDBOXED_KINDS = ("code", "throughput")  # benchmark kinds that run the model's programs
+
+
+def sandbox_problem(config: dict) -> str | None:
+    """One line naming what keeps the bubblewrap sandbox from starting here, and its fix, when the
+    config evaluates generated code; None when it starts (or nothing needs it)."""
+    if not any(b["kind"] in SANDBOXED_KINDS for b in config["eval"]["benchmarks"].values()):
+        return None
+    from ..evaluation.sandbox import SandboxUnavailable, require_sandbox
+
+    try:
+        require_sandbox()
+    except SandboxUnavailable as exc:
+        return " ".join(str(exc).split())
+    return None
