@@ -9,6 +9,8 @@ under the table with their source and model, never mixed into the measured rows.
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import NamedTuple
 
@@ -215,9 +217,46 @@ def write_table(
     if reported is not None and len(reported):
         md += ["Reported in the papers (with source):", "", reported.to_markdown(index=False), ""]
     Path(md_path).write_text("\n".join(md + [footer, ""]))
-    table.assign(preset=preset, commit=code_commit()).to_csv(csv_path, index=False)
-    caption = f"{title}. {header} {footer}".replace("`", "").replace("±", "$\\pm$").replace("_", "\\_")
-    Path(tex_path).write_text(shown.to_latex(index=False, caption=caption, label=f"tab:{title}").replace("±", "$\\pm$"))
+    numeric_table(table).assign(preset=preset, commit=code_commit()).to_csv(csv_path, index=False)
+    caption = latex_escape(f"{title}. {header} {footer}".replace("`", ""))
+    label = "tab:" + re.sub(r"[^A-Za-z0-9:.-]", "-", title)
+    latex = shown.to_latex(index=False, escape=True, caption=caption, label=label)
+    Path(tex_path).write_text(latex.replace("±", "$\\pm$"))
+
+
+_LATEX_SPECIAL = {c: "\\" + c for c in "&%$#_{}"} | {"~": "\\textasciitilde{}", "^": "\\^{}", "\\": "\\textbackslash{}"}
+
+
+def latex_escape(text: str) -> str:
+    """``text`` with LaTeX's special characters escaped (``±`` becomes ``$\\pm$``)."""
+    return "".join(_LATEX_SPECIAL.get(c, c) for c in text).replace("±", "$\\pm$")
+
+
+def _number(cell):
+    try:
+        return float(cell)
+    except (TypeError, ValueError):
+        return None
+
+
+def numeric_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as numbers for a notebook: each ``mean ± sd`` column split into ``<column> mean``
+    and ``<column> sd`` (sd empty for one seed), every number a float, ``-`` empty, and the seeds
+    counted (``n seeds``); other text as it is."""
+    out = {}
+    for col in table.columns:
+        cells = table[col].tolist()
+        parts = [str(c).split(" ± ") if isinstance(c, str) else [c] for c in cells]
+        values = [p for p, c in zip(parts, cells) if not (pd.isna(c) or c == "-")]
+        if values and all(_number(p[0]) is not None and all(_number(x) is not None for x in p) for p in values):
+            out[f"{col} mean"] = [None if c == "-" or pd.isna(c) else _number(p[0]) for p, c in zip(parts, cells)]
+            if any(len(p) == 2 for p in values):
+                out[f"{col} sd"] = [_number(p[1]) if len(p) == 2 else None for p in parts]
+            continue
+        out[col] = cells
+        if col == "seeds":
+            out["n seeds"] = [None if c == "-" else len(str(c).split(",")) for c in cells]
+    return pd.DataFrame(out)
 
 
 class Evaluated(NamedTuple):
