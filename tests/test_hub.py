@@ -86,7 +86,7 @@ def test_prefetch_needs_a_token_for_a_gated_set_before_any_download(tmp_path):
         ["-n", "prefetch", "--configfile", PAPER], tmp_path, timeout=120, hub_cache=tmp_path / "empty_hub", **no_token
     )
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "HF_TOKEN" in out and "Idavidrein/gpqa" in out
+    assert proc.returncode != 0 and "HF_TOKEN" in out and "https://huggingface.co/datasets/Idavidrein/gpqa" in out
     proc = run_snakemake(
         ["-n", "prefetch", "--configfile", PAPER],
         tmp_path,

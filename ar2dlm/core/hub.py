@@ -237,8 +237,9 @@ def require_token(assets: list[HubAsset]) -> None:
         raise MissingAssetError(
             "gated data sets need a hub token and none is set: "
             + ", ".join(a.describe() for a in gated)
-            + ". Accept their terms on https://huggingface.co/datasets/<id>, then set HF_TOKEN (or run "
-            "`hf auth login`) and rerun `snakemake prefetch`."
+            + ". Accept their terms on "
+            + ", ".join(f"https://huggingface.co/datasets/{a.repo_id}" for a in gated)
+            + ", then set HF_TOKEN (or run `hf auth login`) and rerun `snakemake prefetch`."
         )
 
 
