@@ -355,3 +355,33 @@ def test_teacher_scores_never_writes_a_record_from_no_results(tmp_path):
         )
         assert proc.returncode != 0 and words in proc.stderr, proc.stderr
         assert out.read_text() == '{"kept": true}'
+
+
+def test_lm_eval_command_line_runs_the_ar2dlm_model_class(arith_teacher, tmp_path):
+    """``python -m ar2dlm.evaluation.lm_eval_cli run --model ar2dlm ...``: lm-eval's own command line
+    (a task from --include_path, samples logged) on a converted checkpoint."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from ar2dlm.data.math_suite import choice_items
+    from ar2dlm.evaluation.suite import local_task
+
+    root, items = arith_teacher
+    write_jsonl(tmp_path / "choice.jsonl", choice_items(items, seed=0))
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "arith_choice.yaml").write_text(yaml.safe_dump(local_task("arith_choice", tmp_path / "choice.jsonl")))
+    cmd = [sys.executable, "-m", "ar2dlm.evaluation.lm_eval_cli", "run", "--model", "ar2dlm"]
+    cmd += ["--model_args", f"pretrained={root / 'dlm'},elbo_samples=2", "--device", "cpu", "--tasks", "arith_choice"]
+    cmd += ["--include_path", str(tasks), "--output_path", str(tmp_path / "out"), "--log_samples"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = list((tmp_path / "out").rglob("results_*.json"))
+    samples = list((tmp_path / "out").rglob("samples_arith_choice_*.jsonl"))
+    assert results and samples
+    acc = json.loads(results[0].read_text())["results"]["arith_choice"]["acc,none"]
+    assert 0 <= acc <= 1 and len(samples[0].read_text().splitlines()) == len(choice_items(items, seed=0))
