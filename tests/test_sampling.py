@@ -301,6 +301,7 @@ def test_compiled_engine_equals_eager_and_compiles_each_step_kind_once(model):
     if not compile_available():
         pytest.skip("torch.compile needs a C++ compiler on a CPU")
     torch._dynamo.reset()
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]  # other tests' compiles counted before
     c = conv("block", True)
     eager, compiled = DecodeEngine(model, c), DecodeEngine(model, c, compile=True)
     for batch in (ENGINE_PROMPTS[:2], ENGINE_PROMPTS[1:]):
@@ -308,4 +309,4 @@ def test_compiled_engine_equals_eager_and_compiles_each_step_kind_once(model):
             want = eager.generate(batch, 24, threshold=threshold)[0]
             assert compiled.generate(batch, 24, threshold=threshold)[0] == want
     # three compiled kinds (prefill, block, block_first) at one width bucket: thresholds and prompts never recompile
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 3
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 3

@@ -147,7 +147,7 @@ class DecodeEngine:
         self.time_kinds = time_kinds
         self._caches: dict[tuple[int, int], StaticCache] = {}
         self._compile = compile
-        self._steps: dict = {}  # step kind -> its forward (compiled: its own code object, below)
+        self._steps: dict = {}  # (step kind, *shape) -> its compiled forward, one graph each (_step)
         if compile:
             import torch._dynamo
 
@@ -174,12 +174,12 @@ class DecodeEngine:
                 compiled = torch.compile(fn, dynamic=False, options={"cpp_wrapper": True})
             self._steps[key] = compiled
             return compiled  # its first call compiles, with every guard
+        compiled = self._steps[key]
 
         def warm(*args):
             with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                 return compiled(*args)
 
-        compiled = self._steps[key]
         return warm
 
     def _run(self, kind: str, stats: EngineStats, ids, pos, mask, cache, keep):
