@@ -10,7 +10,6 @@ under the table with their source and model, never mixed into the measured rows.
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 from typing import NamedTuple
 
@@ -246,6 +245,10 @@ def numeric_table(table: pd.DataFrame) -> pd.DataFrame:
     out = {}
     for col in table.columns:
         cells = table[col].tolist()
+        if col == "seeds":  # a list of seeds, kept as text (a one-seed "0" is no number), and counted
+            out[col] = [str(c) for c in cells]
+            out["n seeds"] = [None if c == "-" else len(str(c).split(",")) for c in cells]
+            continue
         parts = [str(c).split(" ± ") if isinstance(c, str) else [c] for c in cells]
         values = [p for p, c in zip(parts, cells) if not (pd.isna(c) or c == "-")]
         if values and all(_number(p[0]) is not None and all(_number(x) is not None for x in p) for p in values):
@@ -254,8 +257,6 @@ def numeric_table(table: pd.DataFrame) -> pd.DataFrame:
                 out[f"{col} sd"] = [_number(p[1]) if len(p) == 2 else None for p in parts]
             continue
         out[col] = cells
-        if col == "seeds":
-            out["n seeds"] = [None if c == "-" else len(str(c).split(",")) for c in cells]
     return pd.DataFrame(out)
 
 
