@@ -90,6 +90,17 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     assert "--nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d" in two_nodes
     evaluation = next(b for b in blocks if "rule evaluate_checkpoint:" in b)
     assert "gpu=1" in evaluation
+    # every job holding a GPU goes to the GPU partition, the CPU-only ones (data, tokenisation) to the CPU one;
+    # the profile's disk_mb spares Snakemake its own estimate (whose coroutine it never awaited)
+    import re
+
+    jobs = [b for b in blocks if re.search(r"^rule \w+:", b, re.M) and "resources:" in b]
+    gpu_jobs = [b for b in jobs if re.search(r"\bgpu=[1-9]", b)]
+    cpu_jobs = [b for b in jobs if b not in gpu_jobs]
+    assert gpu_jobs and all("slurm_partition=gpu" in b for b in gpu_jobs)
+    assert {"rule corpus:", "rule token_rows_shard:"} <= {re.search(r"rule \w+:", b).group(0) for b in cpu_jobs}
+    assert all("slurm_partition=cpu" in b for b in cpu_jobs)
+    assert "never awaited" not in proc.stderr
     # the 50B-token stream: tokenised by the planner's shard jobs, each with its memory and runtime, then merged
     from ar2dlm.pipeline.config import merge_preset
     from ar2dlm.plan.tokenize import plan_tokenize
@@ -101,8 +112,6 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     merge = next(b for b in blocks if "rule token_rows:" in b and "token_rows/stream/" in b)
     assert all(f"documents_len2048.shards/{k}-of-{stream.shards}" in merge for k in range(stream.shards))
     # table, figure and report rules run where Snakemake runs, never as cluster jobs
-    import re
-
     snakefile = (REPO / "Snakefile").read_text()
     local = set(re.search(r"localrules:([^\n]*(?:\n {4}[^\n]*)*)", snakefile).group(1).replace(",", " ").split())
     profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
