@@ -1,7 +1,7 @@
 # ar2dlm: autoregressive -> diffusion language model conversion, and the four papers' tables.
-#   snakemake all_tables                                        # embedded default (tiny preset)
-#   snakemake all_tables --configfile config/presets/smoke.yaml # seconds per job
-#   snakemake prefetch --configfile config/presets/paper.yaml   # where the network is: fills the hub cache
+#   snakemake all_tables --cores 2                                        # embedded default (tiny preset)
+#   snakemake all_tables --cores 2 --configfile config/presets/smoke.yaml # seconds per job
+#   snakemake prefetch --cores 1 --configfile config/presets/paper.yaml   # where the network is: fills the hub cache
 #   snakemake --profile slurm all_tables --configfile config/presets/paper.yaml
 
 from pathlib import Path

@@ -80,3 +80,30 @@ def test_readme_is_short_and_links_every_page_of_docs():
     linked = {(REPO / t.partition("#")[0]).resolve() for t in links(readme) if not SCHEME.match(t)}
     unlinked = [str(p.relative_to(REPO)) for p in PAGES[1:] if p.resolve() not in linked]
     assert PAGES[1:] and not unlinked, f"pages the README does not link: {unlinked}"
+
+
+def test_the_commands_the_snakefile_and_readme_show_run_as_written():
+    """Each `snakemake ...` command in the Snakefile's header and the README's and docs' code blocks parses with Snakemake's own
+    argument parser, names rules that exist and config files that exist, and a run outside a profile gives
+    --cores (without it Snakemake 9 refuses to run, while a dry run would not notice)."""
+    import shlex
+
+    from snakemake.cli import get_argument_parser
+
+    workflow = [REPO / "Snakefile", *(REPO / "rules").glob("*.smk")]
+    rules = set(re.findall(r"^rule (\w+):", "".join(p.read_text() for p in workflow), re.M))
+    header = re.findall(r"^#\s+(snakemake [^#\n]*)", (REPO / "Snakefile").read_text(), re.M)
+    # the commands to copy: a fenced line that starts with snakemake, up to a comment or a chained command
+    lines = [line for page in PAGES for m in FENCE.finditer(page.read_text()) for line in m.group(0).splitlines()]
+    shown = [re.split(r"\s+(?:#|&&|\|)", c)[0] for c in lines if c.startswith("snakemake ")]
+    assert len(header) >= 4 and len(shown) >= 4, (header, shown)
+    parser = get_argument_parser()
+    for command in header + shown:
+        args = parser.parse_args(shlex.split(command)[1:])
+        assert args.targets or args.report, command
+        for target in args.targets:
+            assert target in rules or target.startswith("results/"), (command, target)
+        for f in args.configfile or []:
+            assert (REPO / f).is_file(), (command, f)
+        if not (args.profile or args.dryrun or args.report):
+            assert args.cores, f"{command!r} runs without --cores"
