@@ -21,7 +21,7 @@ except RuntimeError as exc:
 
 from ar2dlm.pipeline import layout
 from ar2dlm.pipeline.checks import checked_config, emulated_bf16_warning, sandbox_problem
-from ar2dlm.pipeline.config import ConfigError, benchmark_settings
+from ar2dlm.pipeline.config import ConfigError, benchmark_settings, read_config_file
 from ar2dlm.pipeline.jobs import (
     armap_domains,
     armap_jobs,
@@ -50,6 +50,8 @@ from ar2dlm.training.tracking import export as export_tracking
 min_version("9.0")
 
 try:  # the schema takes its method names and loss terms from the registry (and the config's `methods:`)
+    for _file in workflow.configfiles:  # Snakemake keeps the last of a key set twice: refused here
+        read_config_file(_file)
     _checked = checked_config(config, Path(workflow.basedir) / "config")
 except ConfigError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None

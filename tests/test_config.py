@@ -550,22 +550,33 @@ def test_run_seeds_merge_seeds_and_dlm_dpo_seeds_narrow_the_jobs():
     assert {j.seed for j in armap_jobs(cfg).direct} == set(range(6))
 
 
-def test_config_files_have_no_duplicate_keys():
-    """YAML keeps the last of two equal keys silently; in a preset that drops settings."""
+def test_a_key_set_twice_is_refused_naming_it_and_its_lines(tmp_path):
+    """YAML keeps the last of two equal keys silently, which drops a setting: the repo's config files set
+    none twice, and a user's file that does is refused by the DAG build and the planner, naming the key
+    (its dotted path) and both lines, before any job."""
+    import subprocess
+    import sys
 
-    class Strict(yaml.SafeLoader):
-        pass
+    from ar2dlm.pipeline.config import ConfigError, read_config_file
+    from tests.conftest import run_snakemake
 
-    def mapping(loader, node):
-        # a merge key (<<: *anchor) brings keys in; an explicit key may override them, as YAML allows
-        keys = [loader.construct_object(k) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]
-        dup = {k for k in keys if keys.count(k) > 1}
-        assert not dup, f"duplicate keys {dup} at line {node.start_mark.line + 1}"
-        return loader.construct_mapping(node)
-
-    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     for path in sorted((REPO / "config").rglob("*.yaml")) + [REPO / "slurm" / "config.yaml"]:
-        yaml.load(path.read_text(), Loader=Strict)
+        read_config_file(path)
+    user = tmp_path / "mine.yaml"
+    user.write_text("preset: smoke\ntraining:\n  lr: 1e-3\n  warmup_steps: 2\n  lr: 2e-3\n")
+    with pytest.raises(ConfigError, match=r"'training.lr': set twice in .*mine.yaml \(lines 3 and 5\)"):
+        read_config_file(user)
+    anchors = tmp_path / "anchors.yaml"  # a merge key's keys may be overridden, as YAML allows
+    anchors.write_text("a: &base {x: 1, y: 2}\nb: {<<: *base, x: 3}\n")
+    assert read_config_file(anchors)["b"] == {"x": 3, "y": 2}
+    work = tmp_path / "run"
+    work.mkdir()
+    proc = run_snakemake(["all_tables", "-n", "--configfile", str(user)], work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "'training.lr': set twice" in out, out[-2000:]
+    plan = [sys.executable, "-m", "ar2dlm.plan", "--configfile", str(user)]
+    proc = subprocess.run(plan, capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 1 and "'training.lr': set twice" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
 def test_token_budgets_and_prompt_set_sizes_are_checked_against_their_sources():

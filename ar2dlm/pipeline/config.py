@@ -16,12 +16,45 @@ from ..provenance import deep_merge
 PRESETS = ("smoke", "tiny", "tiny_full", "paper", "paper_standin")
 
 
+def _refuse_duplicate_keys(node: yaml.Node, path: Path, where: str = "") -> None:
+    """PyYAML keeps the last of two equal keys in a mapping: a config file that sets a key twice is
+    refused instead, naming the key and the lines of both settings."""
+    if isinstance(node, yaml.MappingNode):
+        seen = {}
+        for key_node, value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` brings keys a later key may override
+                continue
+            key = f"{where}.{key_node.value}" if where else str(key_node.value)
+            if key in seen:
+                raise ConfigError(
+                    key, f"set twice in {path} (lines {seen[key] + 1} and {key_node.start_mark.line + 1}): keep one"
+                )
+            seen[key] = key_node.start_mark.line
+            _refuse_duplicate_keys(value, path, key)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_duplicate_keys(item, path, f"{where}[{i}]")
+
+
+def read_config_file(path: str | Path) -> dict:
+    """A config file (YAML or JSON) as a dict, refusing a key set twice."""
+    path = Path(path)
+    text = path.read_text()
+    if (node := yaml.compose(text, Loader=yaml.SafeLoader)) is not None:
+        _refuse_duplicate_keys(node, path)
+    data = yaml.safe_load(text)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "a config file holds a mapping of keys at its top level")
+    return data
+
+
 def load_preset(name: str, config_dir: str | Path) -> dict:
     """A preset file, merged over the preset it ``extends`` (if any)."""
     if name not in PRESETS:
         raise ConfigError("preset", f"unknown preset {name!r} (known: {', '.join(PRESETS)})")
-    with open(Path(config_dir) / "presets" / f"{name}.yaml") as f:
-        preset = yaml.safe_load(f)
+    preset = read_config_file(Path(config_dir) / "presets" / f"{name}.yaml")
     parent = preset.pop("extends", None)
     return deep_merge(load_preset(parent, config_dir), preset) if parent else preset
 

@@ -9,11 +9,8 @@ check when the config sets ``cluster``."""
 import argparse
 import sys
 from pathlib import Path
-
-import yaml
-
 from ..pipeline.checks import checked_config
-from ..pipeline.config import ConfigError
+from ..pipeline.config import ConfigError, read_config_file
 from .armap import over_runtime
 from .memory import GB, plan_jobs, unfit
 from .one_gpu import plan_one_gpu_jobs, unfit_one_gpu
@@ -32,7 +29,7 @@ def main(argv=None) -> int:
     if not path.is_file():
         sys.exit(f"--configfile {args.configfile}: no such file")
     try:  # the DAG build's checks: a typo in a key is refused here as there, naming the key
-        config = checked_config(yaml.safe_load(path.read_text()) or {}, REPO / "config")
+        config = checked_config(read_config_file(path), REPO / "config")
     except ConfigError as exc:
         sys.exit(f"{args.configfile}: invalid config: {exc}")
     if not config.get("cluster"):
