@@ -756,3 +756,33 @@ def test_a_machine_without_the_sandbox_learns_it_before_any_job(tmp_path):
     assert not (work / "results").exists()
     proc = run_snakemake(["all_tables", "-n"], work, PATH=str(hidden))
     assert proc.returncode == 0 and "Warning (dry run): generated code runs in a bubblewrap sandbox" in proc.stderr
+
+
+def test_lengths_beyond_a_models_positions_are_refused_at_dag_build(tmp_path):
+    """A RoPE model runs past its positions without an error, so the DAG build compares every length the
+    config sets with the positions of the models it feeds: the preset's architecture, or a checkpoint's
+    config.json (local or in the hub cache)."""
+    import json
+
+    from ar2dlm.pipeline.checks import checked_config
+    from ar2dlm.pipeline.config import ConfigError
+
+    config = REPO / "config"
+    smoke = checked_config({"preset": "smoke"}, config)
+    positions = smoke["models"]["tiny"]["arch"]["max_position_embeddings"]
+    checked_config({"preset": "smoke", "eval": {"teacher_code": {"max_new_tokens": positions}}}, config)
+    with pytest.raises(
+        ConfigError, match=rf"'eval.teacher_code.max_new_tokens': {positions + 1} tokens, more .*'tiny'"
+    ):
+        checked_config({"preset": "smoke", "eval": {"teacher_code": {"max_new_tokens": positions + 1}}}, config)
+    with pytest.raises(ConfigError, match=r"'armap.dpo.max_length'"):
+        checked_config({"preset": "smoke", "armap": {"dpo": {"max_length": 2 * positions}}}, config)
+    # a checkpoint's own positions: a hub model given as a local folder
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen3", "max_position_embeddings": 64}))
+    hub = {"source": "hub", "hub_id": "Qwen/Qwen3-0.6B-Base", "model_path": str(folder), "revision": None}
+    with pytest.raises(
+        ConfigError, match=r"tokens, more than model 'local' has positions \(max_position_embeddings 64\)"
+    ):
+        checked_config({"preset": "smoke", "models": {"local": hub}}, config)

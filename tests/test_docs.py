@@ -83,9 +83,9 @@ def test_readme_is_short_and_links_every_page_of_docs():
 
 
 def test_the_commands_the_snakefile_and_readme_show_run_as_written():
-    """Each `snakemake ...` command in the Snakefile's header and the README's and docs' code blocks parses with Snakemake's own
-    argument parser, names rules that exist and config files that exist, and a run outside a profile gives
-    --cores (without it Snakemake 9 refuses to run, while a dry run would not notice)."""
+    """Each `snakemake ...` command in the Snakefile's header and in the code blocks of the README and docs
+    parses with Snakemake's own argument parser, names rules and config files that exist, and a run outside
+    a profile gives --cores (without it Snakemake 9 refuses to run, while a dry run would not notice)."""
     import shlex
 
     from snakemake.cli import get_argument_parser

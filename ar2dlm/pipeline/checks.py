@@ -154,6 +154,7 @@ def check_config(config: dict) -> None:
     check_claims(config)
     check_local_files(config)
     check_bench(config)
+    check_lengths(config)
     package = missing_package(config["tracking"]["backend"])
     if package:
         raise ConfigError(
@@ -161,6 +162,50 @@ def check_config(config: dict) -> None:
             f"{config['tracking']['backend']} needs the {package} package, which "
             f"this environment lacks (pip install {package})",
         )
+
+
+LENGTH_KEYS = ("seq_len", "max_length", "max_new_tokens", "rollout_length", "cost_context")
+
+
+def model_positions(model: dict) -> int | None:
+    """The positions a model has (its config's max_position_embeddings), where the DAG build can read them
+    offline: the preset's architecture, a local checkpoint, or the hub cache (None before a prefetch)."""
+    if model["source"] == "pretrain":
+        return model["arch"]["max_position_embeddings"]
+    if model.get("model_path"):
+        found = Path(model["model_path"]) / "config.json"
+    else:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(model["hub_id"], "config.json", revision=model.get("revision"))
+    if not isinstance(found, (str, Path)) or not Path(found).is_file():
+        return None
+    return json.loads(Path(found).read_text()).get("max_position_embeddings")
+
+
+def check_lengths(config: dict) -> None:
+    """Every sequence length the config sets (training rows, DPO pairs, rollouts, generations) within the
+    positions of each model it feeds: a run's lengths against its own models, the rest against every model.
+    (RoPE models run past their positions without an error, on positions they never trained.)"""
+    positions = {name: model_positions(m) for name, m in config["models"].items()}
+
+    def walk(value, key: str, models: list[str]) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                sub = f"{key}.{k}" if key else k
+                if key == "runs":
+                    walk(v, sub, [m for m in v.get("models", models) if m in positions])
+                elif key != "models":
+                    walk(v, sub, models)
+        elif key.rsplit(".", 1)[-1] in LENGTH_KEYS and isinstance(value, int):
+            for m in models:
+                if positions[m] is not None and value > positions[m]:
+                    raise ConfigError(
+                        key,
+                        f"{value} tokens, more than model {m!r} has positions (max_position_embeddings {positions[m]})",
+                    )
+
+    walk(config, "", list(positions))
 
 
 def bf16_keys(config: dict) -> list[str]:

@@ -9,6 +9,7 @@ check when the config sets ``cluster``."""
 import argparse
 import sys
 from pathlib import Path
+
 from ..pipeline.checks import checked_config
 from ..pipeline.config import ConfigError, read_config_file
 from .armap import over_runtime
