@@ -11,6 +11,10 @@ from pathlib import Path
 configfile: Path(workflow.basedir) / "config" / "config.yaml"
 
 
+# `snakemake --report report.html` after a run: every table, figure and the claims, with captions
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/teacher.smk"

@@ -43,6 +43,7 @@ from ar2dlm.plan.memory import plan_jobs, unfit
 from ar2dlm.plan.one_gpu import plan_one_gpu_jobs, unfit_one_gpu
 from ar2dlm.plan.tokenize import plan_tokenize
 from ar2dlm.reporting.armap import armap_report_inputs
+from ar2dlm.reporting.captions import study_figure_caption, study_table_caption
 from ar2dlm.reporting.claims import claim_inputs
 from ar2dlm.reporting.tables import study_inputs
 from ar2dlm.training.tracking import export as export_tracking
@@ -67,6 +68,16 @@ if not workflow.remote_exec and (_no_sandbox := sandbox_problem(config)):
     if not _DRY_RUN:
         raise WorkflowError(f"prerequisite missing: {_no_sandbox}")
     print(f"Warning (dry run): {_no_sandbox}", file=sys.stderr)
+# A report gathers what a run made: before any table or figure exists it would be empty, after a screen of
+# "missing metadata" lines.
+_REPORTED = ("tables/**/*.md", "**/*.png", "*.md")
+if any(a == "--report" or a.startswith("--report=") for a in sys.argv) and not any(
+    next(Path(layout.RESULTS).glob(g), None) for g in _REPORTED
+):
+    raise WorkflowError(
+        f"snakemake --report gathers a run's tables, figures and claims, and {layout.RESULTS}/ holds none yet: "
+        "run `snakemake all_tables --cores 2` (or one table or figure) first"
+    )
 PLANS = {}  # conversion launches planned for config["cluster"] (python -m ar2dlm.plan prints them)
 GPU_JOBS = {}  # evaluation and AR-MAP jobs planned for it (GPUs of a sharded full DPO)
 if config.get("cluster"):

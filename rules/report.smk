@@ -9,7 +9,11 @@ rule run_summary:
         corpus=layout.corpus_file("manifest"),
         preferences=expand(layout.preference_file("{domain}", "eval"), domain=PREF_DOMAINS),
     output:
-        markdown=layout.run_summary("md"),
+        markdown=report(
+            layout.run_summary("md"),
+            caption=str(Path(workflow.basedir) / "report" / "run_summary.rst"),
+            category="Summaries",
+        ),
         json=layout.run_summary("json"),
     log:
         layout.log_path("report/run_summary"),
@@ -30,8 +34,16 @@ rule eval_summary:
         eval_outputs(),
         [j.path for j in ARMAP.evals],
     output:
-        csv=layout.eval_summary("csv"),
-        markdown=layout.eval_summary("md"),
+        csv=report(
+            layout.eval_summary("csv"),
+            caption=str(Path(workflow.basedir) / "report" / "eval_summary.rst"),
+            category="Summaries",
+        ),
+        markdown=report(
+            layout.eval_summary("md"),
+            caption=str(Path(workflow.basedir) / "report" / "eval_summary.rst"),
+            category="Summaries",
+        ),
     log:
         layout.log_path("report/eval_summary"),
     benchmark:

@@ -8,8 +8,18 @@ rule study_table:
         lambda wc: study_inputs(config, wc.study),
         reported=ancient(str(Path(workflow.basedir) / "config" / "reported.yaml")),
     output:
-        md=report(layout.study_table(fmt="md"), category="Tables", subcategory="{study}"),
-        csv=layout.study_table(fmt="csv"),
+        md=report(
+            layout.study_table(fmt="md"),
+            caption=str(Path(workflow.basedir) / "report" / "caption.rst"),
+            category="Tables",
+            subcategory="{study}",
+        ),
+        csv=report(
+            layout.study_table(fmt="csv"),
+            caption=str(Path(workflow.basedir) / "report" / "caption.rst"),
+            category="Tables",
+            subcategory="{study}",
+        ),
         tex=layout.study_table(fmt="tex"),
     log:
         layout.log_path("tables/{study}"),
@@ -19,6 +29,7 @@ rule study_table:
         "../envs/ar2dlm.yaml"
     params:
         config=lambda wc: study_config(config, wc.study),
+        caption=lambda wc: study_table_caption(config, wc.study),
     script:
         "../workflow_scripts/study_table.py"
 
@@ -29,7 +40,12 @@ rule study_figure:
         lambda wc: study_inputs(config, FIGURES[wc.figpath]),
     output:
         pdf=layout.study_figure(fmt="pdf"),
-        png=report(layout.study_figure(fmt="png"), category="Figures", subcategory="{figpath}"),
+        png=report(
+            layout.study_figure(fmt="png"),
+            caption=str(Path(workflow.basedir) / "report" / "caption.rst"),
+            category="Figures",
+            subcategory="{figpath}",
+        ),
     log:
         layout.log_path("figures/{figpath}"),
     benchmark:
@@ -39,6 +55,7 @@ rule study_figure:
     params:
         study=lambda wc: FIGURES[wc.figpath],
         config=lambda wc: study_config(config, FIGURES[wc.figpath]),
+        caption=lambda wc: study_figure_caption(config, FIGURES[wc.figpath]),
     script:
         "../workflow_scripts/study_figure.py"
 
@@ -50,16 +67,46 @@ rule armap_report:
         armap_report_inputs(config),
         reported=ancient(str(Path(workflow.basedir) / "config" / "reported.yaml")),
     output:
-        main=report(layout.armap_table("main", "md"), category="Tables", subcategory="armap"),
-        main_csv=layout.armap_table("main", "csv"),
+        main=report(
+            layout.armap_table("main", "md"),
+            caption=str(Path(workflow.basedir) / "report" / "armap_main.rst"),
+            category="Tables",
+            subcategory="armap",
+        ),
+        main_csv=report(
+            layout.armap_table("main", "csv"),
+            caption=str(Path(workflow.basedir) / "report" / "armap_main.rst"),
+            category="Tables",
+            subcategory="armap",
+        ),
         main_tex=layout.armap_table("main", "tex"),
-        merges=report(layout.armap_table("merges", "md"), category="Tables", subcategory="armap"),
-        merges_csv=layout.armap_table("merges", "csv"),
+        merges=report(
+            layout.armap_table("merges", "md"),
+            caption=str(Path(workflow.basedir) / "report" / "armap_merges.rst"),
+            category="Tables",
+            subcategory="armap",
+        ),
+        merges_csv=report(
+            layout.armap_table("merges", "csv"),
+            caption=str(Path(workflow.basedir) / "report" / "armap_merges.rst"),
+            category="Tables",
+            subcategory="armap",
+        ),
         merges_tex=layout.armap_table("merges", "tex"),
         gamma_pdf=layout.armap_figure("gamma", "pdf"),
-        gamma_png=report(layout.armap_figure("gamma", "png"), category="Figures", subcategory="armap"),
+        gamma_png=report(
+            layout.armap_figure("gamma", "png"),
+            caption=str(Path(workflow.basedir) / "report" / "armap_gamma.rst"),
+            category="Figures",
+            subcategory="armap",
+        ),
         shadow_pdf=layout.armap_figure("shadowing", "pdf"),
-        shadow_png=report(layout.armap_figure("shadowing", "png"), category="Figures", subcategory="armap"),
+        shadow_png=report(
+            layout.armap_figure("shadowing", "png"),
+            caption=str(Path(workflow.basedir) / "report" / "armap_shadowing.rst"),
+            category="Figures",
+            subcategory="armap",
+        ),
     log:
         layout.log_path("tables/armap"),
     benchmark:
@@ -82,10 +129,18 @@ rule claims:
     input:
         claim_inputs(config),
     output:
-        md=report(layout.claims_file("md"), category="Claims"),
-        csv=layout.claims_file("csv"),
-        by_step_pdf=report(layout.claims_by_step_figure("pdf"), category="Claims"),
-        by_step_png=layout.claims_by_step_figure("png"),
+        md=report(
+            layout.claims_file("md"), caption=str(Path(workflow.basedir) / "report" / "claims.rst"), category="Claims"
+        ),
+        csv=report(
+            layout.claims_file("csv"), caption=str(Path(workflow.basedir) / "report" / "claims.rst"), category="Claims"
+        ),
+        by_step_pdf=layout.claims_by_step_figure("pdf"),
+        by_step_png=report(
+            layout.claims_by_step_figure("png"),
+            caption=str(Path(workflow.basedir) / "report" / "claims_by_step.rst"),
+            category="Claims",
+        ),
     log:
         layout.log_path("tables/claims"),
     benchmark:

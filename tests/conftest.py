@@ -1,4 +1,5 @@
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,17 @@ def run_snakemake(args, workdir, timeout=600, hub_cache=None, **env):
         timeout=timeout,
         env=snakemake_env(hub_cache, **env),
     )
+
+
+def planned_rules(dry_run_output: str) -> set[str]:
+    """The rule names of the jobs a dry run lists (``rule NAME:`` headers), not substrings of paths."""
+    return set(re.findall(r"^rule (\w+):", dry_run_output, re.M))
+
+
+def planned_files(dry_run_output: str) -> set[str]:
+    """Every output file of the jobs a dry run lists, whole paths (``output: a, b``)."""
+    lines = re.findall(r"^\s+output: (.*)$", dry_run_output, re.M)
+    return {path.strip() for line in lines for path in line.split(", ")}
 
 
 @pytest.fixture(scope="session")
@@ -149,3 +161,12 @@ def standin_dag(request, tmp_path_factory):
     run = BackgroundDag(shell.pid, work, log, rc)
     yield run
     run.stop()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """A skipped SLURM test is said in a banner at the end, not only as an ``s`` in the progress line."""
+    for report in terminalreporter.stats.get("skipped", []):
+        if "slurm" in report.keywords:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            terminalreporter.write_sep("!", "SLURM NOT TESTED", yellow=True, bold=True)
+            terminalreporter.write_line(f"{report.nodeid}: {reason}", yellow=True)

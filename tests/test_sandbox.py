@@ -85,12 +85,13 @@ class Listener:
         self.port, self.received = self.tcp.getsockname()[1], []
         self.tcp.settimeout(0.2)
         self.udp.settimeout(0.2)
-        self.stop = False
+        self.stop, self.cycles = False, 0
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
     def _serve(self):
         while not self.stop:
+            self.cycles += 1
             try:
                 conn, _ = self.tcp.accept()
                 self.received.append(conn.recv(1 << 16) or b"(connected)")
@@ -101,6 +102,14 @@ class Listener:
                 self.received.append(self.udp.recv(1 << 16))
             except OSError:
                 pass
+
+    def drain(self, deadline_s: float = 30.0) -> None:
+        """Return once the listener has read both sockets afresh twice since the call: whatever a finished
+        program sent before it (queued in the sockets' buffers) is then in ``received``."""
+        start, deadline = self.cycles, time.monotonic() + deadline_s
+        while self.cycles < start + 3:  # the cycle under way, then two whole ones
+            assert time.monotonic() < deadline, "the listener stopped reading"
+            time.sleep(0.01)
 
     def close(self):
         self.stop = True
@@ -226,7 +235,7 @@ def test_attack_scores_as_failure_and_reaches_nothing(arena, name, target):
     assert _snapshot(str(outside), "/etc") == before and (outside / "victim.txt").read_text() == "keep me"
     assert not any(os.path.exists(os.path.join(aim, n)) for n in ("written", "fifo"))
     assert victim.poll() is None, f"{name} killed a process outside"
-    time.sleep(0.3)
+    listener.drain()  # the sandboxes have exited: anything they sent is in the sockets' buffers
     assert listener.received == [], f"{name} sent {listener.received[:1]!r}"
 
 

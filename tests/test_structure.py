@@ -153,13 +153,14 @@ def test_schema_names_match_the_registries():
     from ar2dlm.evaluation.suite import BENCHMARK_KINDS
     from ar2dlm.methods.registry import METHODS, TERMS
     from ar2dlm.pipeline.config import config_schema
+    from ar2dlm.reporting.captions import FIGURE_CAPTIONS
     from ar2dlm.reporting.figures import FIGURE_KINDS
 
     schema = _schema()
     bench = schema["eval"]["properties"]["benchmarks"]["additionalProperties"]
     assert set(bench["properties"]["kind"]["enum"]) == set(BENCHMARK_KINDS)
     study = schema["studies"]["additionalProperties"]["properties"]
-    assert set(study["figure"]["enum"]) == set(FIGURE_KINDS)
+    assert set(study["figure"]["enum"]) == set(FIGURE_KINDS) == set(FIGURE_CAPTIONS)
     merges = schema["armap"]["properties"]["merges"]["properties"]
     assert set(merges) == set(MERGES) == set(schema["armap"]["properties"]["eval_merges"]["items"]["enum"])
     for name, merge in MERGES.items():  # each merge's options are its config keys

@@ -15,6 +15,7 @@ from ..pipeline import layout
 from ..pipeline.jobs import conversion_corpus, study_models
 from ..pipeline.runs import resolve_run
 from ..provenance import read_json
+from .captions import seeds_phrase
 from .tables import Evaluated, recipe_flops, recipe_tokens, study_evaluations
 
 
@@ -32,6 +33,18 @@ def save(fig, pdf_path, png_path) -> None:
     fig.savefig(pdf_path)
     fig.savefig(png_path, dpi=150)
     pyplot().close(fig)
+
+
+def teacher_line(ax, config: dict, study: str, metric: str) -> None:
+    """The AR teacher's score on the figure's first benchmark as a dashed line (one per model, where its
+    evaluation has the plotted metric)."""
+    spec = config["studies"][study]
+    models = study_models(config, spec)
+    for model in models:
+        value = read_json(layout.eval_path(spec["evals"][0], model, "teacher"))["metrics"].get(metric)
+        if value is not None:
+            label = "AR teacher" + (f" ({model})" if len(models) > 1 else "")
+            ax.axhline(value, color="black", linewidth=0.8, linestyle="--", label=label)
 
 
 def metric_curve(ax, config: dict, study: str, data: list[Evaluated], *, against: str) -> None:
@@ -61,6 +74,7 @@ def metric_curve(ax, config: dict, study: str, data: list[Evaluated], *, against
             capsize=3,
             label=" ".join(key) if isinstance(key, tuple) else key,
         )
+    teacher_line(ax, config, study, metric)
     if against == "lambda":
         ax.set_xscale("symlog", linthresh=1)
     ax.set_xlabel("alignment weight lambda" if against == "lambda" else "training step")
@@ -131,6 +145,8 @@ def budget_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
     for (m, run), part in df.groupby(["metric", "run"]):
         part = part.sort_values("tokens")
         ax.plot(part["tokens"], part["y"], marker="o", label=f"{run} {m}")
+    for m in df["metric"].unique():
+        teacher_line(ax, config, study, m)
     ax.set_xscale("log")
     ax.set_xlabel("training tokens")
     ax.set_ylabel("held-out NLL per token (ELBO bound)")
@@ -161,6 +177,7 @@ def flops_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
     else:  # an equal-FLOPs comparison: a linear axis keeps its close ticks readable
         ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
         ax.margins(x=0.5 if df["flops"].nunique() == 1 else 0.1)
+    teacher_line(ax, config, study, metric)
     ax.set_xlabel("training FLOPs (counted: student, teacher, rollouts)")
     ax.set_ylabel(f"{first}: {metric}")
 
@@ -233,8 +250,10 @@ def study_figure(config: dict, study: str, pdf_path, png_path) -> None:
     data = study_evaluations(config, study)
     fig, ax = plt.subplots(figsize=(5, 3.4))
     FIGURE_KINDS[kind](ax, config, study, data)
-    seeds = sorted({d.seed for d in data})
-    ax.set_title(f"{study} ({config['preset']} preset, seeds {', '.join(map(str, seeds))})", fontsize=8)
+    # how many seeds each point averages: a run's evaluations at one step
+    points = pd.DataFrame([(d.model, d.run, d.step, d.seed) for d in data], columns=["model", "run", "step", "seed"])
+    counts = points.drop_duplicates().groupby(["model", "run", "step"])["seed"].count().tolist()
+    ax.set_title(f"{study} ({config['preset']} preset): {seeds_phrase(counts)}", fontsize=8)
     ax.legend(fontsize=6)
     save(fig, pdf_path, png_path)
 
