@@ -155,6 +155,24 @@ def test_harness_loglikelihood_is_the_exact_ar_log_prob(arith_teacher):
     assert "." not in text[0] and len(text[0]) > 0
 
 
+def test_harness_generation_continues_the_whole_context(arith_teacher):
+    """generate_until continues the context as given, its trailing newline too (a code prompt ends in one):
+    the same response as the engine's on the context's own tokens."""
+    from lm_eval.api.instance import Instance
+
+    from ar2dlm.core.engine import generate
+    from ar2dlm.evaluation.harness import HarnessLM
+
+    root, items = arith_teacher
+    for kind in ("ar", "dlm"):
+        lm = HarnessLM(str(root / kind), max_gen_toks=8, device="cpu")
+        context = items[0]["prompt"] + "\n"
+        got = lm.generate_until([Instance("generate_until", {}, (context, {"until": [], "max_gen_toks": 8}), 0)])
+        ids = lm.tokenizer(context, add_special_tokens=False)["input_ids"]
+        out, _ = generate(lm.model, lm.tokenizer, lm.conv, [ids], 8, threshold=lm.threshold)
+        assert got == [lm.tokenizer.decode(out[0])], kind
+
+
 def test_harness_generates_in_batches_as_it_does_one_by_one(arith_teacher):
     """Batched generate_until returns, in request order, what one request at a time returns; a
     task's max_gen_toks above the configured cap is cut to the cap, in whole decoding blocks."""

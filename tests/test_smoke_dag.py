@@ -219,11 +219,101 @@ def test_tables_figures_and_claims(smoke_run):
     assert evaluation["versions"]["machine"]["dtype"] == "fp32"
 
 
-def test_html_report(smoke_run):
+def test_figures_say_their_seeds_and_draw_the_teacher(smoke_run, monkeypatch):
+    """Each study figure's title gives the seeds its points average, and the AR teacher is drawn at its own
+    score wherever it has the plotted measure (a dashed line, or a star on a speed axis)."""
+    from ar2dlm.pipeline import layout
+    from ar2dlm.pipeline.checks import checked_config
+    from ar2dlm.reporting import figures
+    from ar2dlm.reporting.tables import headline_metric
+
+    config = checked_config(yaml.safe_load(open(SMOKE)), REPO / "config")
+    monkeypatch.chdir(smoke_run)
+    drawn = {}
+    monkeypatch.setattr(figures, "save", lambda fig, pdf, png: drawn.update(fig=fig))
+    kinds = set()
+    for study, spec in config["studies"].items():
+        if "figure" not in spec:
+            continue
+        figures.study_figure(config, study, None, None)
+        ax = drawn["fig"].axes[0]
+        assert ax.get_title().endswith(("one seed, no spread", " seeds")), (study, ax.get_title())
+        labels = ax.get_legend_handles_labels()[1]
+        kinds.add(spec["figure"])
+        if spec["figure"] in ("lambda", "steps", "flops"):  # the study's score: the teacher's own as a line
+            first = spec["evals"][0]
+            teacher = json.loads((smoke_run / layout.eval_path(first, "tiny", "teacher")).read_text())["metrics"]
+            lines = [line for line in ax.get_lines() if line.get_label() == "AR teacher"]
+            metric = ax.get_ylabel().split(": ")[1] if spec["figure"] != "flops" else headline_metric(config, first)
+            assert len(lines) == 1 and lines[0].get_ydata()[0] == pytest.approx(teacher[metric]), (study, labels)
+        elif spec["figure"] != "budget":  # speeds (a star) and the share kept (the line at 1)
+            assert "AR teacher" in labels, (study, labels)
+    assert {"lambda", "flops"} <= kinds, kinds
+
+
+def test_the_evaluation_pages_commands_run_as_written_on_the_smoke_block_model(smoke_run, tmp_path):
+    """docs/evaluation.md's "outside the pipeline" blocks (load and decode, lm-eval's command line, the
+    evalplus rescoring), run as written where the paths they name are the smoke run's; the rescored pass@1
+    equals the engine's on the same tasks."""
+    import subprocess
+    import sys
+
+    from ar2dlm.core.engine import generate
+    from ar2dlm.core.models import load_model
+    from ar2dlm.evaluation.code import code_prompts, read_problems, score_responses
+    from tests.conftest import snakemake_env
+
+    page = (REPO / "docs" / "evaluation.md").read_text()
+    section = page[page.index("### A converted checkpoint outside the pipeline") : page.index("### Helpfulness")]
+    blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+    assert [lang for lang, _ in blocks] == ["python", "bash", "bash"]
+    work = tmp_path / "work"
+    checkpoint = re.search(r"results/models/tiny/ed/seed0/step_\d+", section).group(0)
+    problems = re.search(r"results/data/benchmarks/\w+\.jsonl", section).group(0)
+    steps = json.loads((smoke_run / "results/models/tiny/ed/seed0/train.json").read_text())["steps"]
+    for name, target in ((checkpoint, f"results/models/tiny/ed/seed0/step_{steps}"), (problems, problems)):
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).symlink_to(smoke_run / target)
+    env = snakemake_env(PYTHONPATH=str(REPO))
+    for lang, code in blocks:
+        cmd = [sys.executable, "-c", code] if lang == "python" else ["bash", "-euo", "pipefail", "-c", code]
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=900, env=env)
+        assert proc.returncode == 0, (code, proc.stderr[-3000:])
+    rescored = json.loads((work / "rescored.json").read_text())
+    limit = int(re.search(r"--limit (\d+)", section).group(1))
+    tasks = read_problems(work / problems)[:limit]
+    model, tok, conv, _ = load_model(str(work / checkpoint))
+    out, _ = generate(model, tok, conv, code_prompts(tok, tasks), 64, threshold=0.9)
+    engine = score_responses(
+        tok, tasks, out, {"format": "evalplus", "dataset": "humaneval", "style": "body", "parallel": 2}
+    )
+    assert rescored["n_samples"] == limit and rescored["metrics"] == engine["metrics"]
+
+
+def test_html_report(smoke_run, tmp_path):
     proc = run_snakemake(["--report", "report.html", "--configfile", SMOKE], smoke_run)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # the figures and tables are embedded (compressed) in the one HTML file
     assert (smoke_run / "report.html").stat().st_size > 500_000
+    # a zip report keeps each item as a file and its caption in the page's data: every table (Markdown and
+    # CSV), figure and the claims are there, each with its caption
+    proc = run_snakemake(["--report", str(tmp_path / "report.zip"), "--configfile", SMOKE], smoke_run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "report.zip") as z:
+        names = z.namelist()
+        page = next(z.read(n).decode() for n in names if n.endswith("report.html"))
+    for item in ("tables/repr_align/code.md", "tables/repr_align/code.csv", "ablations/lambda.png", "claims.md"):
+        assert any(n.endswith(item) for n in names), item
+    assert "over the AR teacher" in page or "share of the teacher" in page  # a study table's caption
+    assert "does not hold" in page and "spectral norms" in page  # the claims' and AR-MAP's captions
+    # before any run: one line saying a report needs one, no empty report
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = run_snakemake(["--report", "report.html", "--configfile", SMOKE], empty)
+    assert proc.returncode != 0 and "holds none yet" in proc.stdout + proc.stderr
+    assert not (empty / "report.html").exists()
 
 
 def test_second_run_has_nothing_to_do(smoke_run, tmp_path):

@@ -113,7 +113,13 @@ class HarnessLM(LM):
             until = kwargs.get("until") or []
             temperature = float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample") else 0.0
             groups.setdefault((self.generation_length(kwargs), temperature), []).append(
-                (i, self._encode(context, "")[0], [until] if isinstance(until, str) else until)
+                # the whole context, its trailing whitespace too (what a model continues; the loglikelihood
+                # convention of _encode gives that whitespace to the scored continuation instead)
+                (
+                    i,
+                    self.tokenizer(context, add_special_tokens=False)["input_ids"] or [self.conv.eos_token_id],
+                    [until] if isinstance(until, str) else until,
+                )
             )
         limit = getattr(self.model.config, "max_position_embeddings", None)
         out: list[str | None] = [None] * len(requests)

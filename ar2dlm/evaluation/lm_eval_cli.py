@@ -9,15 +9,22 @@ lm-eval 0.4 finds model classes among its own modules only (no plugin entry poin
 imported: this imports it, then runs lm-eval's own command line. Every ``HarnessLM`` argument is a
 ``--model_args`` key (``pretrained``, ``threshold``, ``steps_per_block``, ``block_size``,
 ``elbo_samples``, ``max_gen_toks``, ``dtype``) but ``device`` and ``batch_size``, which lm-eval's
-own ``--device`` and ``--batch_size`` set.
+own ``--device`` and ``--batch_size`` set. This package's tasks (``ar2dlm/evaluation/tasks``: the
+``code_completion`` task, whose responses ``python -m ar2dlm.evaluation.rescore`` scores) are on the
+task path unless ``--include_path`` names another folder.
 """
+
+import sys
 
 from lm_eval.__main__ import cli_evaluate
 
 from . import harness  # noqa: F401  registers HarnessLM as "ar2dlm"
+from .suite import LOCAL_TASKS
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["run"] and not any(a.startswith("--include_path") for a in sys.argv):
+        sys.argv += ["--include_path", str(LOCAL_TASKS)]
     cli_evaluate()
 
 
