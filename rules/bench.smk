@@ -15,8 +15,6 @@ rule bench_decode:
         layout.log_path("bench/decode"),
     benchmark:
         layout.bench_path("bench/decode")
-    conda:
-        "../envs/ar2dlm.yaml"
     threads: 8
     params:
         script=os.path.join(workflow.basedir, "benchmarks", "decode.py"),
@@ -53,8 +51,6 @@ rule bench_train:
         layout.log_path("bench/train"),
     benchmark:
         layout.bench_path("bench/train")
-    conda:
-        "../envs/ar2dlm.yaml"
     threads: 8
     params:
         script=os.path.join(workflow.basedir, "benchmarks", "train.py"),

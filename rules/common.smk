@@ -245,7 +245,16 @@ def launcher(resources):
             "--rdzv_backend=c10d --rdzv_id=$SLURM_JOB_ID --rdzv_endpoint="
             '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):$((29500 + SLURM_JOB_ID % 1000)) "$@"'
         )
-        return f"srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 sh -c '{torchrun}' torchrun"
+        # the step's one task per node holds that node's GPUs and their CPUs, named here rather than left to
+        # the site's srun defaults (a step inherits neither --gpus nor --cpus-per-task from its job)
+        cpus = int(resources.get("cpus_per_gpu", 0) or 0) * (gpus // nodes) or int(resources.get("cpus_per_task", 0) or 0)
+        binding = (f" --gpus-per-task={gpus // nodes} --gpu-bind=none" if gpus else "") + (
+            f" --cpus-per-task={cpus}" if cpus else ""
+        )
+        return (
+            f"srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{binding} --kill-on-bad-exit=1 "
+            f"sh -c '{torchrun}' torchrun"
+        )
     if gpus > 1:
         return f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node={gpus}"
     return sys.executable
@@ -277,19 +286,22 @@ def dpo_resources():
 
 
 def dpo_launch(wildcards) -> str:
-    """A planned DPO job's launch as JSON: it saves and stops at ``STOP_FRACTION`` of its runtime,
-    for its retry to resume (the planner's segments); {} without a plan."""
+    """A planned DPO job's launch as JSON: its GPUs (a job step that sees fewer stops at once), and it
+    saves and stops at ``STOP_FRACTION`` of its runtime, for its retry to resume (the planner's
+    segments, or a job slower than planned); {} without a plan."""
     if not GPU_JOBS:
         return "{}"
     hours = config["cluster"]["armap_runtime_hours"][dpo_kind(wildcards)]
-    return json.dumps({"stop_after_hours": round(STOP_FRACTION * hours, 2)})
+    gpus = GPU_JOBS[f"{dpo_kind(wildcards)}/{wildcards.model}"].gpus
+    return json.dumps({"gpus": gpus, "stop_after_hours": round(STOP_FRACTION * hours, 2)})
 
 
 def dpo_retries(*kinds: str):
-    """Retries of the DPO jobs of ``kinds``: one per segment after the first of their longest
-    planned run, and one for a failure; None (the profile's) when every run fits one job."""
-    segments = max((j.segments for name, j in GPU_JOBS.items() if name.split("/")[0] in kinds), default=1)
-    return segments if segments > 1 else None
+    """Retries of the DPO jobs of ``kinds``: one per segment after the first of their longest planned
+    run, one for a job slower than its plan and one for a failure; None without a plan (the profile's)."""
+    if not GPU_JOBS:
+        return None
+    return max((j.segments for name, j in GPU_JOBS.items() if name.split("/")[0] in kinds), default=1) + 1
 
 
 def conversion_plan(wildcards):
@@ -298,19 +310,29 @@ def conversion_plan(wildcards):
 
 
 def conversion_launch(wildcards) -> str:
-    """The trainer's launch choices as JSON: the plan's activation checkpointing and teacher
-    placement, and, for a run planned in segments, when each job stops (with a checkpoint) for its
-    retry to resume; {} without a plan (the run's own settings)."""
+    """The trainer's launch choices as JSON: the plan's activation checkpointing, teacher placement and
+    GPUs, and when the job stops (with a checkpoint) for its retry to resume; {} without a plan (the
+    run's own settings)."""
     plan = conversion_plan(wildcards)
     if plan is None:
         return "{}"
-    launch = {
-        "activation_checkpointing": plan.launch.activation_checkpointing,
-        "shard_teacher": plan.launch.shard_teacher,
-    }
-    if plan.segments > 1:
-        launch["stop_after_hours"] = round(STOP_FRACTION * config["cluster"]["runtime_hours"], 2)
-    return json.dumps(launch)
+    return json.dumps(
+        {
+            "activation_checkpointing": plan.launch.activation_checkpointing,
+            "shard_teacher": plan.launch.shard_teacher,
+            "gpus": plan.launch.gpus,
+            # every planned run stops with a checkpoint before its job's limit, one planned in a single
+            # segment too: a job slower than its MFU estimate resumes in its retry instead of being killed
+            "stop_after_hours": round(STOP_FRACTION * config["cluster"]["runtime_hours"], 2),
+        }
+    )
+
+
+def conversion_retries():
+    """Retries of a planned conversion: one per segment after the first of the longest planned run, one
+    for a job slower than its plan and one for a failure (Snakemake takes one count per rule); None
+    without a plan (the profile's)."""
+    return max(p.segments for p in PLANS.values()) + 1 if PLANS else None
 
 
 def conversion_resources():

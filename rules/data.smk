@@ -12,8 +12,6 @@ rule synthetic_suites:
         layout.log_path("data/synthetic_suites"),
     benchmark:
         layout.bench_path("data/synthetic_suites")
-    conda:
-        "../envs/ar2dlm.yaml"
     params:
         data={k: config["data"][k] for k in ("seed", "code_suite", "math_suite")},
     script:
@@ -32,8 +30,6 @@ rule preferences:
         layout.log_path("data/preferences_{domain}"),
     benchmark:
         layout.bench_path("data/preferences_{domain}")
-    conda:
-        "../envs/ar2dlm.yaml"
     params:
         data={k: config["data"][k] for k in ("seed", "preferences")},
     script:
@@ -52,8 +48,6 @@ rule tokenizer:
         layout.log_path("data/tokenizer"),
     benchmark:
         layout.bench_path("data/tokenizer")
-    conda:
-        "../envs/ar2dlm.yaml"
     params:
         data={
             "seed": config["data"]["seed"],
@@ -77,8 +71,6 @@ rule corpus:
         layout.log_path("data/corpus"),
     benchmark:
         layout.bench_path("data/corpus")
-    conda:
-        "../envs/ar2dlm.yaml"
     params:
         data={k: config["data"][k] for k in ("seed", "corpus")},
     script:
@@ -95,8 +87,6 @@ rule prompt_set:
         layout.log_path("data/prompts_{pset}"),
     benchmark:
         layout.bench_path("data/prompts_{pset}")
-    conda:
-        "../envs/ar2dlm.yaml"
     params:
         spec=lambda wc: config["data"]["prompt_sets"][wc.pset],
         seed=config["data"]["seed"],
@@ -119,8 +109,6 @@ rule token_rows_shard:
     benchmark:
         layout.bench_path("data/token_rows_{source}_{selection}_len{seq_len}_shard{shard}of{shards}")
     priority: 50
-    conda:
-        "../envs/ar2dlm.yaml"
     threads: token_rows_threads
     resources:
         **token_rows_resources(),
@@ -147,8 +135,6 @@ rule token_rows:
     # every conversion waits on these rows: scheduled before any ready single-core job, since a
     # multi-core job left waiting for free cores would otherwise idle the cores it does not hold
     priority: 50
-    conda:
-        "../envs/ar2dlm.yaml"
     threads: token_rows_threads
     resources:
         **token_rows_resources(),
@@ -169,8 +155,6 @@ rule prefetch:
         hub_ready_to_fetch,
     log:
         layout.log_path("data/prefetch"),
-    conda:
-        "../envs/ar2dlm.yaml"
     params:
         assets=[dataclasses.asdict(a) for a in HUB_ASSETS],
     script:
@@ -192,8 +176,6 @@ rule code_benchmark:
         layout.log_path("data/benchmark_{benchmark}"),
     benchmark:
         layout.bench_path("data/benchmark_{benchmark}")
-    conda:
-        "../envs/ar2dlm.yaml"
     params:
         spec=lambda wc: config["eval"]["benchmarks"][wc.benchmark],
     script:

@@ -19,8 +19,6 @@ rule run_summary:
         layout.log_path("report/run_summary"),
     benchmark:
         layout.bench_path("report/run_summary")
-    conda:
-        "../envs/ar2dlm.yaml"
     params:
         preset=config["preset"],
         models=MODELS,
@@ -48,8 +46,6 @@ rule eval_summary:
         layout.log_path("report/eval_summary"),
     benchmark:
         layout.bench_path("report/eval_summary")
-    conda:
-        "../envs/ar2dlm.yaml"
     params:
         preset=config["preset"],
     script:

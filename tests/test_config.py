@@ -88,7 +88,19 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     # a 2-node job: one torchrun per node through srun, meeting by c10d rendezvous
     two_nodes = next(b for b in blocks if "rule convert:" in b and "qwen3_4b/ed/" in b)
     assert "nodes=2" in two_nodes and "gpu=16" in two_nodes and "mpi=srun" in two_nodes
-    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1" in two_nodes
+    # the step's task on each node holds that node's 8 GPUs and their CPUs, said explicitly
+    assert (
+        "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-task=8 --gpu-bind=none --cpus-per-task=64"
+        in two_nodes
+    )
+    # every planned conversion stops with a checkpoint before its job's limit, for its retry to resume
+    from ar2dlm.plan.armap import STOP_FRACTION
+
+    stop = (
+        STOP_FRACTION
+        * yaml.safe_load((REPO / "config" / "presets" / "paper.yaml").read_text())["cluster"]["runtime_hours"]
+    )
+    assert all(f'"stop_after_hours": {stop:g}' in b for b in blocks if "rule convert:" in b)
     assert "--nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d" in two_nodes
     evaluation = next(b for b in blocks if "rule evaluate_checkpoint:" in b)
     assert "gpu=1" in evaluation

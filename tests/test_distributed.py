@@ -326,3 +326,33 @@ def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_
     assert kinds.index("set_device") < kinds.index("init") < kinds.index("module.to") < kinds.index("destroy")
     assert ("module.to", f"cuda:{LOCAL_RANK}") in strict_nccl.calls
     assert_device_set_first(strict_nccl)
+
+
+def test_a_process_without_the_gpu_its_job_was_given_stops_naming_both(monkeypatch):
+    """No silent fall back to the CPU (gloo, emulated bf16): a job granted GPUs by SLURM, or launched on
+    GPUs by its plan, that sees none stops before any work, as does a node with more torchrun processes
+    than GPUs; a CPU job with neither runs on the CPU."""
+    from ar2dlm.core.models import device_problem, resolve_device
+
+    assert "SLURM granted this job 4 GPU(s)" in device_problem(0, {"SLURM_GPUS_ON_NODE": "4"}, visible=0)
+    assert "SLURM granted this job 2 GPU(s)" in device_problem(0, {"SLURM_JOB_GPUS": "0,1"}, visible=0)
+    assert "the plan launches this run on 8 GPU(s)" in device_problem(8, {}, visible=0)
+    crowded = device_problem(0, {"LOCAL_WORLD_SIZE": "8", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, visible=4)
+    assert "torchrun starts 8 processes on this node" in crowded and "sees 4 CUDA device(s)" in crowded
+    assert "CUDA_VISIBLE_DEVICES='0,1,2,3'" in crowded
+    assert device_problem(0, {"LOCAL_WORLD_SIZE": "2"}, visible=0) is None  # CPU ranks under gloo: by choice
+    assert device_problem(8, {"LOCAL_WORLD_SIZE": "8", "SLURM_GPUS_ON_NODE": "8"}, visible=8) is None
+    if torch.cuda.is_available():
+        return  # the rest needs a machine without CUDA
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "1")
+    with pytest.raises(RuntimeError, match=r"no GPU for this job: SLURM granted this job 1 GPU\(s\)"):
+        resolve_device("auto")  # an evaluation or AR-MAP job
+    with pytest.raises(RuntimeError, match=r"no GPU for this process: SLURM granted"):
+        with process_group():  # a training job's ranks
+            pass
+    monkeypatch.delenv("SLURM_GPUS_ON_NODE")
+    assert resolve_device("auto").type == "cpu"
+    with pytest.raises(RuntimeError, match=r"the plan launches this run on 2 GPU\(s\)"):
+        with process_group(planned_gpus=2):
+            pass
+    assert not dist.is_initialized()

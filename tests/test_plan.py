@@ -190,7 +190,7 @@ def test_full_dpo_of_8b_is_sharded_over_the_gpus_that_hold_it(tmp_path):
     assert "--nproc_per_node=4 -m ar2dlm.armap.dpo_run --model" in out, out[-3000:]
     # each planned DPO job stops with a checkpoint before its runtime, for its retry to resume
     stop = STOP_FRACTION * config["cluster"]["armap_runtime_hours"]["dpo_teacher"]
-    assert f"""--launch '{{"stop_after_hours": {stop:g}}}'""" in out, out[-3000:]
+    assert f"""--launch '{{"gpus": 4, "stop_after_hours": {stop:g}}}'""" in out, out[-3000:]
 
 
 def test_every_armap_job_of_the_paper_fits_its_runtime_dpo_in_resumable_segments():

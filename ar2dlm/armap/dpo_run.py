@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from ..core.models import final_checkpoint
+from ..core.models import device_problem, final_checkpoint
 from ..provenance import log_to
 from ..training.convert_run import SEGMENT_DONE
 from ..training.distributed import process_group
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     model = a.model or final_checkpoint(a.manifest)
     train, held = preference_rows(a.train, cfg["train_pairs"]), preference_rows(a.eval, cfg["eval_pairs"])
     launch = json.loads(a.launch)
+    if problem := device_problem(launch.get("gpus", 0)):  # before any model loads
+        sys.exit(f"no GPU for this process: {problem}")
     if world > 1:
         with process_group():  # each process on its own GPU, the group destroyed at the end
             result = train_dpo_sharded(model, train, held, a.out, cfg, a.seed, a.domains, launch)

@@ -6,6 +6,7 @@ always read from that JSON, never guessed."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -201,6 +202,30 @@ class LoadedModel(NamedTuple):
     info: dict  # the whole JSON beside the weights: conventions and provenance
 
 
+def device_problem(planned_gpus: int = 0, env=None, visible: int | None = None) -> str | None:
+    """Why this process cannot have the GPU its job was given, before it falls back to the CPU (gloo and
+    emulated bf16, many times slower) or two processes share a GPU: the plan launches the run on GPUs,
+    or SLURM granted the job step GPUs on this node, and torch sees none (a CPU build of torch, a node
+    without the driver); or torchrun starts more processes on this node than it sees GPUs. ``env`` and
+    ``visible`` (the CUDA devices torch sees) default to this process's."""
+    import torch
+
+    env = os.environ if env is None else env
+    visible = torch.cuda.device_count() if visible is None else visible
+    seen = f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees {visible} CUDA device(s)" + (
+        f", CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r}" if "CUDA_VISIBLE_DEVICES" in env else ""
+    )
+    slurm = env.get("SLURM_GPUS_ON_NODE") or (len(env["SLURM_JOB_GPUS"].split(",")) if env.get("SLURM_JOB_GPUS") else 0)
+    if visible == 0 and int(slurm):
+        return f"SLURM granted this job {slurm} GPU(s) on this node (SLURM_GPUS_ON_NODE / SLURM_JOB_GPUS), and {seen}"
+    if visible == 0 and planned_gpus:
+        return f"the plan launches this run on {planned_gpus} GPU(s), and {seen}"
+    local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
+    if visible and local_world > visible:
+        return f"torchrun starts {local_world} processes on this node (LOCAL_WORLD_SIZE), one per GPU, and {seen}"
+    return None
+
+
 DEVICES = ("auto", "cpu", "cuda")  # the config's device values (auto: the job's GPU when it has one)
 
 
@@ -210,6 +235,8 @@ def resolve_device(device: str | None = "auto"):
     import torch
 
     if device in (None, "auto"):
+        if problem := device_problem():
+            raise RuntimeError(f"no GPU for this job: {problem}")
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r} (known: {', '.join(DEVICES)})")

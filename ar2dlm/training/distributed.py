@@ -32,6 +32,8 @@ from datetime import timedelta
 
 import torch
 
+from ..core.models import device_problem
+
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)
 
 
@@ -53,21 +55,24 @@ class ProcessGroup:
         return self.rank == 0
 
 
-def from_environment() -> ProcessGroup:
+def from_environment(planned_gpus: int = 0) -> ProcessGroup:
     """torchrun's WORLD_SIZE, RANK and LOCAL_RANK (one process without them); the device is
-    ``cuda:LOCAL_RANK`` where CUDA is available."""
+    ``cuda:LOCAL_RANK`` where CUDA is available. A process that cannot have the GPU its job was given
+    stops here, naming what it was given and what it sees (``device_problem``)."""
     env = {k: os.environ.get(k, "0") for k in ("RANK", "LOCAL_RANK")}
     world, rank, local = int(os.environ.get("WORLD_SIZE", "1")), int(env["RANK"]), int(env["LOCAL_RANK"])
     if not 0 <= rank < world:
         raise ValueError(f"RANK {rank} is not one of WORLD_SIZE {world} processes")
+    if problem := device_problem(planned_gpus):
+        raise RuntimeError(f"no GPU for this process: {problem}")
     device = torch.device(f"cuda:{local}") if torch.cuda.is_available() else torch.device("cpu")
     return ProcessGroup(world, rank, device)
 
 
-def setup(timeout: timedelta = COLLECTIVE_TIMEOUT) -> ProcessGroup:
+def setup(timeout: timedelta = COLLECTIVE_TIMEOUT, planned_gpus: int = 0) -> ProcessGroup:
     """Own this process's device, then start the process group bound to it (when there are several
-    processes and none is started yet)."""
-    pg = from_environment()
+    processes and none is started yet). ``planned_gpus``: the GPUs the plan launches the run on."""
+    pg = from_environment(planned_gpus)
     if pg.device.type == "cuda":
         torch.cuda.set_device(pg.device)  # before any CUDA work
     if pg.world > 1 and not torch.distributed.is_initialized():
@@ -84,11 +89,11 @@ def teardown() -> None:
 
 
 @contextlib.contextmanager
-def process_group(timeout: timedelta = COLLECTIVE_TIMEOUT):
+def process_group(timeout: timedelta = COLLECTIVE_TIMEOUT, planned_gpus: int = 0):
     """``setup`` for the length of a ``with`` block; the group is destroyed at its end, also on an
     exception, by the block that started it (a nested block uses its caller's group)."""
     owner = not torch.distributed.is_initialized()
-    pg = setup(timeout)
+    pg = setup(timeout, planned_gpus)
     try:
         yield pg
     finally:

@@ -222,7 +222,8 @@ def train_run(
 
     check_staged(run, init_from)
     tr, launch, out_dir, tracking = run["training"], launch or {}, Path(out_dir), tracking or {"backend": "none"}
-    with process_group() as pg:  # first: each process owns its GPU before any CUDA work
+    # first: each process owns its GPU before any CUDA work (and stops if it has none the plan gave it)
+    with process_group(planned_gpus=launch.get("gpus", 0)) as pg:
         micro = micro_batch_size(tr, pg.world)
         tok = AutoTokenizer.from_pretrained(str(teacher_dir))
         conv = run_conventions(run, tok)
