@@ -102,6 +102,8 @@ def strict_nccl(monkeypatch):
         "current_device": lambda: fake.cuda("current_device") or (fake.current or torch.device("cuda:0")).index,
         "get_device_capability": capability,
         "synchronize": lambda d=None: fake.cuda("synchronize", str(d)),
+        "max_memory_allocated": lambda d=None: fake.cuda("max_memory_allocated", str(d)) or 3e9,
+        "max_memory_reserved": lambda d=None: fake.cuda("max_memory_reserved", str(d)) or 4e9,
     }
     for name, f in cuda.items():
         monkeypatch.setattr(torch.cuda, name, f)
@@ -276,8 +278,11 @@ def test_every_collective_of_the_loop_runs_on_the_ranks_gpu(strict_nccl):
         assert distributed.gathered({"a": 1}, pg) == [{"a": 1}] * WORLD
         assert distributed.from_main([3], pg) == [3]
         assert int(whole_batch_count(torch.ones(3, device=gpu), WORLD)) == 3 * WORLD
+        # the step's peak memory, the largest over the ranks (both ranks hold the same)
+        assert distributed.peak_memory(pg) == {"peak_allocated_gb": 3.0, "peak_reserved_gb": 4.0}
+        assert ("max_memory_allocated", f"cuda:{LOCAL_RANK}") in strict_nccl.calls
     collectives = [c for c in strict_nccl.calls if c[0] in ("all_reduce", "all_gather_object", "broadcast_object_list")]
-    assert len(collectives) == 9 and all(c[1] == f"cuda:{LOCAL_RANK}" for c in collectives)
+    assert len(collectives) == 10 and all(c[1] == f"cuda:{LOCAL_RANK}" for c in collectives)
     assert ("barrier", [LOCAL_RANK]) in strict_nccl.calls
     assert_device_set_first(strict_nccl)
 

@@ -53,6 +53,8 @@ def test_pretraining_lowers_the_loss(smoke_tokenizer, tmp_path):
         logged = list(csv.DictReader(f))  # the loss curve: one row per step, as a conversion's log.jsonl
     assert [int(r["step"]) for r in logged] == list(range(40))
     assert {"loss", "lm", "lr", "grad_norm", "tokens", "tokens_per_s", "step_s", "flops_student"} <= set(logged[0])
+    # each step's peak memory (on a CPU the process's peak resident set: a few hundred MB here)
+    assert all(0.05 < float(r["peak_rss_gb"]) < 24 for r in logged)
     assert summary["tokens_seen"] == 40 * 8 * 48 == sum(int(r["tokens"]) for r in logged)
     assert summary["final_train_loss"] == round(float(logged[-1]["loss"]), 5)
 

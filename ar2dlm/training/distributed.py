@@ -74,6 +74,9 @@ def setup(timeout: timedelta = COLLECTIVE_TIMEOUT, planned_gpus: int = 0) -> Pro
     processes and none is started yet). ``planned_gpus``: the GPUs the plan launches the run on."""
     pg = from_environment(planned_gpus)
     if pg.device.type == "cuda":
+        # segments that grow rather than new blocks of each size: less fragmentation at the edge of a plan
+        # (read when the allocator starts, so before any CUDA work; a setting the job gives is kept)
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
         torch.cuda.set_device(pg.device)  # before any CUDA work
     if pg.world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group(
@@ -132,6 +135,22 @@ def whole_batch_values(terms: dict, pg: ProcessGroup) -> dict:
 def summed(values: list[float], pg: ProcessGroup) -> list[float]:
     """Per-process counts (a step's FLOPs) summed over the processes."""
     return _reduced(torch.tensor(values, dtype=torch.float64, device=pg.device), pg).tolist()
+
+
+def peak_memory(pg: ProcessGroup) -> dict[str, float]:
+    """The step's peak memory in GB, the largest over the processes: on GPUs what the caching allocator
+    handed out and what it reserved from the driver since the step began (the planner's estimate is
+    checked against these); on the CPU the process's peak resident set so far (the kernel keeps no
+    per-step peak)."""
+    if pg.device.type == "cuda":
+        here = [torch.cuda.max_memory_allocated(pg.device), torch.cuda.max_memory_reserved(pg.device)]
+        names = ("peak_allocated_gb", "peak_reserved_gb")
+    else:
+        import resource
+
+        here, names = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024], ("peak_rss_gb",)
+    peaks = _reduced(torch.tensor(here, dtype=torch.float64), pg, "max").tolist()
+    return {name: round(v / 1e9, 3) for name, v in zip(names, peaks)}
 
 
 def segment_ends(start: float, to_next_checkpoint: float, hours: float, pg: ProcessGroup) -> bool:

@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from .data import share
-from .distributed import ProcessGroup, all_finite, segment_ends, summed, whole_batch_values
+from .distributed import ProcessGroup, all_finite, peak_memory, segment_ends, summed, whole_batch_values
 from .schedule import autocast, lr_at
 from .sharding import grad_norm_value
 from .steplog import StepLog
@@ -102,6 +102,8 @@ class Loop:
         for g in self.opt.param_groups:
             g["lr"] = lr
         self.opt.zero_grad(set_to_none=True)
+        if pg.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(pg.device)
         sums: dict[str, float] = {}
         tokens, flops = 0, [0.0] * len(FLOP_PARTS)  # this process's share of the step's FLOPs
         for k in range(accum):
@@ -131,4 +133,5 @@ class Loop:
             "tokens_per_s": round(tokens / dt, 1),
             "step_s": round(dt, 4),
             **{f"flops_{part}": v for part, v in zip(FLOP_PARTS, flops)},
+            **peak_memory(pg),
         }
