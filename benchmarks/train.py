@@ -3,6 +3,10 @@
     python benchmarks/train.py --teacher results/models/tiny/teacher --corpus results/data/corpus/subset.jsonl \
         --preset smoke --out results/bench/train.json [--manifests results/models/tiny/*/seed*/train.json]
 
+Under the bench_train rule it runs with the planned launch of the bench model's largest timed run
+(``--launch``: torchrun's processes, sharding, activation checkpointing), every process timing each
+run and rank 0 writing the figures, each run's peak memory among them.
+
 Figures: tokens/s with embeddings + MLP frozen over full training (REPR-ALIGN reports about 2x),
 repr_align step time over mdlm step time, the wall time of each finished run (from the convert
 stage's manifests), and, where a CUDA GPU is present, bf16 tokens/s and MFU of a randomly
@@ -12,32 +16,42 @@ initialised Qwen3-0.6B-shaped model at sequence length 2048 for mdlm and repr_al
 import argparse
 import copy
 import json
+import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
 from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.pipeline.runs import resolve_run
+from ar2dlm.plan.memory import BENCH_TRAIN_RUNS
 from ar2dlm.provenance import library_versions, read_json, write_json
+from ar2dlm.training.distributed import barrier, process_group
 from ar2dlm.training.trainer import train_run
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def timed_run(run, teacher, corpus, steps, skip):
+def timed_run(run, teacher, corpus, steps, skip, work: Path, launch: dict, pg) -> dict | None:
+    """``steps`` steps of ``run`` with the planned ``launch`` on every process of the job, in a fresh
+    ``work`` folder (shared by the processes); rank 0's medians over the steps after ``skip``."""
     run = copy.deepcopy(run)
     run["training"].update({"steps": steps, "checkpoint_every": 10**9, "warmup_steps": 1})
-    with tempfile.TemporaryDirectory() as tmp:
-        train_run(run, teacher, corpus, tmp, seed=0, preset="bench", model_name="bench")
-        rows = [json.loads(line) for line in (Path(tmp) / "log.jsonl").read_text().splitlines()][skip:]
+    if pg.main:
+        shutil.rmtree(work, ignore_errors=True)  # a killed attempt's final checkpoint would skip every step
+    barrier(pg)
+    train_run(run, teacher, corpus, work, seed=0, preset="bench", model_name="bench", launch=launch)
+    if not pg.main:
+        return None
+    rows = [json.loads(line) for line in (work / "log.jsonl").read_text().splitlines()][skip:]
+    shutil.rmtree(work)
     return {
         "run": run["name"],
         "steps_timed": len(rows),
         "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in rows), 1),
         "step_s": round(statistics.median(r["step_s"] for r in rows), 5),
+        "peak_gb": max(r.get("peak_allocated_gb", r.get("peak_rss_gb", 0)) for r in rows),
     }
 
 
@@ -116,14 +130,23 @@ def main(argv=None):
     ap.add_argument("--skip", type=int, default=5, help="warm-up steps left out of the medians")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--manifests", nargs="*", default=[])
+    ap.add_argument("--launch", default="{}", help="the planned launch as JSON (the bench_train rule's)")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     config = merge_preset({"preset": a.preset}, REPO / "config")
-    runs = {
-        name: timed_run(resolve_run(config, name), a.teacher, a.corpus, a.steps, a.skip)
-        for name in ("mdlm", "ra", "ra_freeze")
-    }
+    launch = json.loads(a.launch)
+    work = Path(a.out).with_suffix(".work")
+    with process_group(planned_gpus=launch.get("gpus", 0)) as pg:  # every process of the job times each run
+        runs = {
+            name: timed_run(resolve_run(config, name), a.teacher, a.corpus, a.steps, a.skip, work / name, launch, pg)
+            for name in BENCH_TRAIN_RUNS
+        }
+        main = pg.main
+    if not main:
+        return
+    shutil.rmtree(work, ignore_errors=True)
+    gpu = gpu_mfu(config) if torch.cuda.is_available() else "no CUDA GPU here: MFU not measured"
     result = {
         "runs": runs,
         "freeze_speedup": round(runs["ra_freeze"]["tokens_per_s"] / runs["ra"]["tokens_per_s"], 3),
@@ -134,7 +157,8 @@ def main(argv=None):
             f"{m['model']}/{m['run']}/seed{m['seed']}": m.get("train_seconds", m["wall_seconds"])
             for m in map(read_json, a.manifests)
         },
-        "gpu": gpu_mfu(config) if torch.cuda.is_available() else "no CUDA GPU here: MFU not measured",
+        "gpu": gpu,
+        "launch": launch,
         "threads": torch.get_num_threads(),
         "versions": library_versions(),
     }

@@ -52,9 +52,14 @@ rule bench_train:
     benchmark:
         layout.bench_path("bench/train")
     threads: 8
+    resources:
+        **bench_train_resources(),
     params:
         script=os.path.join(workflow.basedir, "benchmarks", "train.py"),
         preset=config["preset"],
+        # the planned launch of the bench model's largest timed run: one process per GPU, sharded as planned
+        launcher=lambda wc, resources: launcher(resources),
+        launch=bench_train_launch(),
     shell:
-        "python {params.script} --teacher {input.teacher} --corpus {input.corpus} --preset {params.preset}"
-        " --out {output} --threads {threads} --manifests {input.manifests} > {log} 2>&1"
+        "{params.launcher} {params.script} --teacher {input.teacher} --corpus {input.corpus} --preset {params.preset}"
+        " --out {output} --threads {threads} --launch {params.launch:q} --manifests {input.manifests} > {log} 2>&1"

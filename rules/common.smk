@@ -39,8 +39,8 @@ from ar2dlm.core.hub import MissingAssetError, is_cached, missing_message, requi
 from ar2dlm.pipeline.assets import assets_for, hub_assets
 from ar2dlm.evaluation.suite import BENCHMARK_KINDS
 from ar2dlm.plan.armap import STOP_FRACTION, over_runtime
-from ar2dlm.plan.memory import plan_jobs, unfit
-from ar2dlm.plan.one_gpu import plan_one_gpu_jobs, unfit_one_gpu
+from ar2dlm.plan.memory import model_shape, plan_bench_train, plan_jobs, unfit
+from ar2dlm.plan.one_gpu import plan_one_gpu_jobs, sharded_host_gb, unfit_one_gpu
 from ar2dlm.plan.tokenize import plan_tokenize
 from ar2dlm.reporting.armap import armap_report_inputs
 from ar2dlm.reporting.captions import study_figure_caption, study_table_caption
@@ -80,11 +80,13 @@ if any(a == "--report" or a.startswith("--report=") for a in sys.argv) and not a
     )
 PLANS = {}  # conversion launches planned for config["cluster"] (python -m ar2dlm.plan prints them)
 GPU_JOBS = {}  # evaluation and AR-MAP jobs planned for it (GPUs of a sharded full DPO)
+BENCH_TRAIN = None  # the training benchmark's planned launch
 if config.get("cluster"):
     PLANS = {p.job: p for p in plan_jobs(config)}
     GPU_JOBS = {j.job: j for j in plan_one_gpu_jobs(config)}
+    BENCH_TRAIN = plan_bench_train(config)
     _unfit = (
-        unfit(list(PLANS.values()))
+        unfit(list(PLANS.values()) + [BENCH_TRAIN])
         + unfit_one_gpu(list(GPU_JOBS.values()), config["cluster"]["gpu_memory_gb"])
         + over_runtime(GPU_JOBS.values())
     )
@@ -273,14 +275,15 @@ def dpo_kind(wildcards) -> str:
 
 def dpo_resources():
     """GPUs, host memory and runtime of a planned DPO job: one GPU for LoRA DPO or a full DPO that
-    fits it, else the planner's GPUs of one node, torchrun starting one process per GPU, each
-    loading the model in fp32 before sharding it. None without a plan (the profile's)."""
+    fits it (64 GB of host memory), else the planner's GPUs of one node, torchrun starting one process
+    per GPU, each loading the model in fp32 and the reference in bf16 before sharding them (the
+    planner's host memory). None without a plan (the profile's)."""
     if not GPU_JOBS:
         return {}
     gpus = lambda wc: GPU_JOBS[f"{dpo_kind(wc)}/{wc.model}"].gpus  # noqa: E731
     return {
         "gpu": gpus,
-        "mem_mb": lambda wc: 64000 if gpus(wc) == 1 else 48000 * gpus(wc),
+        "mem_mb": lambda wc: round(1000 * (GPU_JOBS[f"{dpo_kind(wc)}/{wc.model}"].host_gb or 64)),
         "runtime": lambda wc: round(60 * config["cluster"]["armap_runtime_hours"][dpo_kind(wc)]),  # minutes
     }
 
@@ -351,6 +354,38 @@ def conversion_resources():
         "mpi": lambda wc: "srun" if multi(wc) else "",
         "runtime": f"{config['cluster']['runtime_hours']}h",
     }
+
+
+def bench_train_resources():
+    """The training benchmark's resources: the planned launch of its largest timed run (``BENCH_TRAIN``),
+    started as a conversion is, with host memory for each process's load before sharding; none without
+    a plan (the profile's)."""
+    if BENCH_TRAIN is None:
+        return {}
+    launch = BENCH_TRAIN.launch
+    shape = model_shape(config["models"][config["bench"]["model"]], config["data"]["tokenizer"].get("vocab_size"))
+    return {
+        "nodes": launch.nodes,
+        "gpu": launch.gpus,
+        "tasks": launch.gpus if launch.nodes > 1 else 1,
+        "tasks_per_gpu": 0,
+        "mpi": "srun" if launch.nodes > 1 else "",
+        "mem_mb": round(1000 * sharded_host_gb(shape, launch.gpus_per_node)),
+    }
+
+
+def bench_train_launch() -> str:
+    """The training benchmark's launch choices as JSON, as a conversion's; {} without a plan."""
+    if BENCH_TRAIN is None:
+        return "{}"
+    launch = BENCH_TRAIN.launch
+    return json.dumps(
+        {
+            "activation_checkpointing": launch.activation_checkpointing,
+            "shard_teacher": launch.shard_teacher,
+            "gpus": launch.gpus,
+        }
+    )
 
 
 def token_rows_plan(wildcards):

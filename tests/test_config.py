@@ -70,6 +70,7 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
             str(REPO / "slurm"),
             "-n",
             "all_tables",
+            "bench",
             "--configfile",
             str(REPO / "config" / "presets" / "paper.yaml"),
         ],
@@ -104,6 +105,14 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     assert "--nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d" in two_nodes
     evaluation = next(b for b in blocks if "rule evaluate_checkpoint:" in b)
     assert "gpu=1" in evaluation
+    # the training benchmark times the 8B runs on the GPUs their plan gives, sharded as planned
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.plan.memory import plan_bench_train
+
+    bench = plan_bench_train(merge_preset({"preset": "paper"}, REPO / "config"))
+    bench_train = next(b for b in blocks if "rule bench_train:" in b)
+    assert bench.launch.gpus >= 8 and f"gpu={bench.launch.gpus}" in bench_train, bench_train
+    assert f"--nproc_per_node={bench.launch.gpus_per_node}" in bench_train and '"gpus": ' in bench_train
     # every job holding a GPU goes to the GPU partition, the CPU-only ones (data, tokenisation) to the CPU one;
     # the profile's disk_mb spares Snakemake its own estimate (whose coroutine it never awaited)
     import re

@@ -188,6 +188,10 @@ def test_full_dpo_of_8b_is_sharded_over_the_gpus_that_hold_it(tmp_path):
     )
     out = proc.stdout + proc.stderr
     assert "--nproc_per_node=4 -m ar2dlm.armap.dpo_run --model" in out, out[-3000:]
+    # host memory for the 4 processes that each load the fp32 policy and the bf16 reference before sharding
+    host = jobs["dpo_teacher/qwen3_8b"].host_gb
+    assert 4 * 6 * QWEN3_SHAPES["Qwen/Qwen3-8B-Base"].params / 1e9 < host < 300
+    assert f"mem_mb={round(1000 * host)}," in out
     # each planned DPO job stops with a checkpoint before its runtime, for its retry to resume
     stop = STOP_FRACTION * config["cluster"]["armap_runtime_hours"]["dpo_teacher"]
     assert f"""--launch '{{"gpus": 4, "stop_after_hours": {stop:g}}}'""" in out, out[-3000:]

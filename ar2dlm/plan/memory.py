@@ -343,6 +343,23 @@ def plan_jobs(config: dict) -> list[Plan]:
     return list(plans.values())
 
 
+BENCH_TRAIN_RUNS = ("mdlm", "ra", "ra_freeze")  # the runs benchmarks/train.py times, on config bench.model
+
+
+def plan_bench_train(config: dict) -> Plan:
+    """The training benchmark's launch: the bench model's plan of whichever timed run needs the most
+    GPUs (aligning reads a teacher too), so every timed run fits it."""
+    from ..pipeline.jobs import conversion_settings
+
+    model = config["bench"]["model"]
+    shape = model_shape(config["models"][model], config["data"]["tokenizer"].get("vocab_size"))
+    plans = [
+        plan_job(f"bench_train/{model}/{run}", shape, conversion_settings(config, run), config["cluster"])
+        for run in BENCH_TRAIN_RUNS
+    ]
+    return max(plans, key=lambda p: (p.launch is not None, p.launch.gpus if p.launch else 0))
+
+
 def unfit(plans: list[Plan]) -> list[str]:
     """One line per job that fits no launch."""
     return [f"{p.job}: {p.reason}" for p in plans if p.launch is None]

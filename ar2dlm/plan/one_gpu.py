@@ -144,6 +144,7 @@ class GpuJob:
     fits: bool
     gpus: int = 1  # processes of a sharded job (full DPO), one per GPU of one node
     time: JobTime | None = None  # AR-MAP's jobs: hours and segments against the job's runtime
+    host_gb: float | None = None  # host memory of a sharded job's node (None: the profile's)
 
     @property
     def segments(self) -> int:
@@ -176,8 +177,18 @@ def dpo_job(
             name, {k: v / gpus if k in SHARDED_PARTS + SPLIT_PARTS else v for k, v in parts.items()}, budget, gpus
         )
         if job.fits or 2 * gpus > gpus_per_node or micro % (2 * gpus):
-            return job
+            return replace(job, host_gb=sharded_host_gb(shape, gpus))
         gpus *= 2
+
+
+HOST_OVERHEAD_GB = 16  # per node: the interpreter, CUDA context, data loading, the page cache a load goes through
+
+
+def sharded_host_gb(shape: Shape, gpus: int) -> float:
+    """Host memory of a node of a sharded trainer's job: every process loads the whole policy in fp32 and
+    the reference in bf16 on the CPU before FSDP2 shards them to its GPU, with a tenth over for the
+    loader's transient copies."""
+    return round(gpus * (FP32 + BF16) * shape.params * 1.1 / GB + HOST_OVERHEAD_GB, 1)
 
 
 def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
