@@ -124,3 +124,19 @@ def test_flex_block_mask_matches_dense_two_copy_layout():
     out = logits(m, ids, block_mask, pos)
     keep = torch.cat([valid, valid], 1).bool()  # outputs at padding positions are meaningless
     torch.testing.assert_close(out[keep], ref[keep], atol=1e-5, rtol=1e-5)
+
+
+def test_a_flex_block_mask_is_built_without_the_dense_grid():
+    """The 2L layout's BlockMask (the CUDA route) for two rows of 1024 tokens: no allocation on the way is
+    as large as the dense (B, 1, 2L, 2L) boolean grid (8 MB; the eager create_block_mask allocates 64 MB)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    B, T = 2, 1024
+    clean = torch.randint(0, 100, (B, T))
+    valid, plens = torch.ones(B, T, dtype=torch.long), torch.tensor([10, 20])
+    two_copy_inputs(clean, clean, valid, plens, 32, flex=True)  # compiled once, outside the profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        _, _, mask = two_copy_inputs(clean, clean, valid, plens, 32, flex=True)
+    assert mask.shape == (B, 1, 2 * T, 2 * T)
+    largest = max(e.cpu_memory_usage for e in prof.events())
+    assert 0 < largest < B * (2 * T) ** 2, largest

@@ -12,6 +12,8 @@ k is in block ``1 + k // block_size``. Padding is block -1 and is never attended
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .conventions import ATTENTION_MODES
@@ -81,12 +83,20 @@ def dense(mod, batch: int, q_len: int, kv_len: int, dtype: torch.dtype, device=N
     return bias[:, None]
 
 
+@functools.cache
+def _create_block_mask():
+    """flex attention's ``create_block_mask`` compiled, as its documentation advises: the mask is then
+    evaluated block by block, where the eager function evaluates it on the dense (B, 1, L, L) grid first
+    (64 MB for two rows of the 2L layout at L = 2048: tests/test_attention.py)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return torch.compile(create_block_mask)
+
+
 def build_mask(mod, batch: int, length: int, dtype: torch.dtype, device=None, flex: bool = False):
     """A 4D additive mask, or a flex attention BlockMask when ``flex``."""
     if flex:
-        from torch.nn.attention.flex_attention import create_block_mask
-
-        return create_block_mask(mod, B=batch, H=None, Q_LEN=length, KV_LEN=length, device=device)
+        return _create_block_mask()(mod, B=batch, H=None, Q_LEN=length, KV_LEN=length, device=device)
     return dense(mod, batch, length, length, dtype, device)
 
 
