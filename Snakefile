@@ -62,7 +62,9 @@ rule all_armap:
 
 
 rule all_tables:
-    """Everything the chosen preset produces so far: the run summary and every conversion run."""
+    """Everything the chosen preset produces: the run summary, every conversion run, evaluation, table,
+    figure and the claims (the default target: `snakemake --cores 2`, `snakemake --report`)."""
+    default_target: True
     input:
         layout.run_summary("md"),
         layout.run_summary("json"),

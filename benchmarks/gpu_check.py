@@ -202,15 +202,17 @@ class Context:
         )
         print(f"[{self.results[check].status}] {check}: {measured} ({criterion})", flush=True)
 
-    def perturb(self, check: str, value):
+    def perturb(self, check: str, value, altered=None):
         """``value`` as measured, or altered when ``--inject-failure`` names ``check`` (to show that its
-        comparison fails): tensors shifted by a tenth of their spread, numbers by half, token lists by
-        one token."""
-        if self.inject != check:
+        comparison fails): ``altered(value)`` where given (a bound's failing side), else tensors shifted by
+        a tenth of their spread, numbers by half, token lists by one token."""
+        if self.inject not in (check, "all"):
             return value
         import torch
 
         self.perturbed.add(check)
+        if altered is not None:
+            return altered(value)
         if isinstance(value, dict):
             return {k: v + 0.1 * (v.std() + 1e-3) if torch.is_floating_point(v) else v for k, v in value.items()}
         if isinstance(value, list) and value and isinstance(value[0], list):
@@ -695,7 +697,7 @@ def decode_speed_stage(ctx: Context) -> None:
     bandwidth = copy_bandwidth_gbs(device)
     bound_ms = 1e3 * weight_gb / bandwidth
     fastest = min(v for k in kinds.values() for v in k.values())
-    fastest = ctx.perturb("decode_speed", fastest)
+    fastest = ctx.perturb("decode_speed", fastest, lambda v: bound_ms / 2)  # faster than the weights' read
     ctx.expect(
         "decode_speed",
         fastest >= bound_ms and all(v and v > 0 for k, v in rows.items() if k != "vllm"),
@@ -847,14 +849,14 @@ def check_lora_step(ctx: Context, check: str, out: Path, base: Path) -> None:
     moved = max(float((after[k] - kept[0][k]).abs().max()) for k in linear) if kept else 0.0
     finite = all(math.isfinite(x) for x in losses) and bool(losses)
     accuracy = info["reward_accuracy"]
-    ok = finite and moved > 0 and bool(kept) and 0 <= accuracy <= 1 and info["dpo"]["lora"]
+    ok = finite and moved > 0 and bool(kept) and info["dpo"]["lora"]
     ctx.expect(
         check,
         ok,
         f"loss {losses}, max |dW| of {len(linear)} projections {moved:.2e}, embeddings kept: "
         f"{bool(kept)}, reward accuracy {accuracy:.2f}",
         "two TRL steps (the first at learning rate 0): finite loss; the merged LoRA delta moves the "
-        "projections and leaves the embeddings as loaded; reward accuracy in [0, 1]",
+        "projections and leaves the embeddings as loaded",
     )
 
 
@@ -891,7 +893,7 @@ def gamma_stage(ctx: Context) -> None:
     gamma = result["gamma_hat"]
     err = max(float((merged[k] - (base[k] + gamma * (tuned[k] - pre[k]))).abs().max()) for k in base)
     curve = result["curve"]
-    ok = len(curve) == 1 and 0 <= curve[0]["reward_accuracy"] <= 1 and gamma == 1.0 and err <= MERGE_TOL
+    ok = len(curve) == 1 and gamma == 1.0 and err <= MERGE_TOL
     ctx.expect(
         "gamma_point",
         ok,
@@ -1027,6 +1029,11 @@ def stages(device: str, quick: bool) -> list[Stage]:
     ]
 
 
+# Checks whose pass compares no value --inject-failure can alter: finiteness, movement and bounds only
+# (a run's own losses, a LoRA step, rollout FLOPs above 0, the whole check's time)
+COMPARES_NO_VALUE = ("train_opdlm", "on_policy_rollouts", "dpo_lora_teacher", "dpo_lora_dlm", "wall_time")
+
+
 def check_names(device: str, quick: bool) -> list[str]:
     """Every check the script reports for a device and size, in order."""
     return [c for s in stages(device, quick) for c in s.checks] + ["wall_time"]
@@ -1119,7 +1126,7 @@ def parse_args(argv=None):
         metavar="CHECK",
         help="alter what CHECK compares, to show that it fails: a check that compares values (train_* "
         "but opdlm, resume_*, two_process_*, decode_*, gamma_point, flex_vs_dense_*, "
-        "memory_*)",
+        "memory_*), or `all`: every one of them at once (the JSON lists those altered)",
     )
     return ap.parse_args(argv)
 
@@ -1148,7 +1155,7 @@ def main(argv=None) -> int:
         )
         return 2
     names = check_names(args.device, args.quick)
-    if args.inject_failure and args.inject_failure not in names:
+    if args.inject_failure and args.inject_failure not in (*names, "all"):
         print(
             f"gpu_check: --inject-failure {args.inject_failure}: no such check (known: {', '.join(names)})",
             file=sys.stderr,
@@ -1190,11 +1197,12 @@ def main(argv=None) -> int:
                     "budget_seconds": args.budget_s,
                     "versions": library_versions(),
                     "checks": [vars(r) for r in results],
+                    "perturbed": sorted(ctx.perturbed),
                 },
                 indent=1,
             )
         )
-    if args.inject_failure and args.inject_failure not in ctx.perturbed:
+    if args.inject_failure and args.inject_failure not in (*ctx.perturbed, "all"):
         print(
             f"gpu_check: --inject-failure {args.inject_failure}: the check was not reached, or compares nothing the "
             "flag can alter",

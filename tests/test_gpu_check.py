@@ -55,12 +55,18 @@ def test_every_check_runs_on_a_cpu_and_passes(tmp_path):
     assert "resumed from 2" in measured["resume_losses"] and "planner" in measured["memory_efficient_dlm"]
 
 
-def test_a_perturbed_comparison_fails_the_script(tmp_path):
-    check = gpu_check.memory_checks("cpu", True)[0]
-    proc, report = run_check(tmp_path, "--only", "memory", "--inject-failure", check)
+def test_every_comparison_fails_when_what_it_compares_is_altered(tmp_path):
+    """--inject-failure all: every check that compares values is altered and fails, each for its own
+    comparison (the others still pass); only the checks named as comparing no value pass."""
+    proc, report = run_check(tmp_path, "--inject-failure", "all")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert statuses(report) == {check: "FAIL", "wall_time": "PASS"} and not report["passed"]
-    assert f"FAILED: {check}" in proc.stdout
+    got = statuses(report)
+    cannot = {c for s in gpu_check.stages("cpu", True) if s.cpu_skip for c in s.checks}
+    comparing = set(got) - cannot - set(gpu_check.COMPARES_NO_VALUE)
+    assert set(report["perturbed"]) == comparing, sorted(set(report["perturbed"]) ^ comparing)
+    assert {c for c, status in got.items() if status == "FAIL"} == comparing, got
+    assert all(got[c] == "PASS" for c in gpu_check.COMPARES_NO_VALUE)
+    assert not report["passed"] and all("FAILED: " in proc.stdout and c in proc.stdout for c in comparing)
 
 
 @pytest.mark.parametrize(
