@@ -287,3 +287,38 @@ def test_the_planner_refuses_a_config_the_dag_build_refuses(tmp_path):
         [sys.executable, "-m", "ar2dlm.plan", "--configfile", str(typo)], capture_output=True, text=True
     )
     assert proc.returncode == 1 and "'gpu_memroy_gb' was unexpected" in proc.stderr and not proc.stdout
+
+
+TRACE = """
+import json, sys
+from dataclasses import asdict
+from ar2dlm.pipeline.config import merge_preset
+from ar2dlm.plan.trace import trace_job
+config = merge_preset({"preset": "paper", "cluster": {"gpus_per_node": int(sys.argv[2])}}, sys.argv[3])
+print(json.dumps(asdict(trace_job(config, sys.argv[1]))))
+"""
+
+
+@pytest.mark.parametrize("job, gpus", [("qwen3_0_6b/mdlm", 2), ("qwen3_0_6b/ra", 8)])
+def test_a_step_traced_on_fake_ranks_at_the_real_shape_is_within_its_plan(job, gpus):
+    """A paper job's training step traced at the Qwen3-0.6B shape on 2 and 8 fake ranks (fake tensors, a
+    fake process group: ar2dlm.plan.trace): each rank holds its share of the fp32 parameters and twice
+    that in Adam's state, a teacher its bf16 replica, and the planner's peak is within 15% of the trace."""
+    proc = subprocess.run(
+        [sys.executable, "-c", TRACE, job, str(gpus), str(REPO / "config")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    traced = json.loads(proc.stdout.strip().splitlines()[-1])
+    params = QWEN3_SHAPES["Qwen/Qwen3-0.6B-Base"].params
+    assert traced["world"] == gpus and traced["parts"]["Sharded Param"] == pytest.approx(
+        4 * params / gpus / 1e9, rel=0.02
+    )
+    assert traced["parts"]["OptState"] == pytest.approx(2 * traced["parts"]["Sharded Param"], rel=0.02)
+    if job.endswith("/ra"):  # the teacher read for its hidden states: the decoder alone, bf16, replicated
+        decoder = QWEN3_SHAPES["Qwen/Qwen3-0.6B-Base"].decoder_params
+        assert traced["parts"]["Teacher"] == pytest.approx(2 * decoder / 1e9, rel=0.02)
+    assert abs(traced["planned_gb"] / traced["peak_gb"] - 1) <= 0.15, traced

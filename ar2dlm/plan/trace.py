@@ -1,0 +1,207 @@
+"""A conversion job's training step traced at its real shapes and world size, without a GPU: the
+memory the planner's estimate (``memory.estimate``) is checked against.
+
+The student (and the frozen teacher an objective reads) is built on the meta device at the job's
+model shape, sharded with the trainer's own ``sharding.shard`` over a fake process group of the
+planned world size (torch's ``fake`` backend: collectives return at once), materialised as fake
+tensors (``FakeTensorMode``: shapes and dtypes, no storage), and stepped through the run's own
+objective (``objective.terms``) and optimizer in bf16 autocast at the planned rows per GPU, with the
+planned activation checkpointing and teacher placement. FSDP2's memory tracker (``FSDPMemTracker``)
+counts every tensor of the second step (the first creates the optimizer state), as rank 0 of the job.
+
+What a trace stands in for, each the GPU route's memory:
+- the mesh is on the CPU: FSDP2's CUDA streams cannot start on a build without CUDA; the tensors and
+  their sizes are the same;
+- attention is ``sdpa`` (fused: no (B, H, L, L) scores kept, as flex attention on a GPU) with the
+  dense additive mask the CPU route builds (the GPU's BlockMask is a few KB; the dense one is counted:
+  (B, 1, L, L) in bf16, under 1% of any paper job's peak);
+- values a step reads on the host (a count for the FLOP tally, Adam's step) read as 1, and
+  data-dependent selections (the masked positions a loss projects to the vocabulary) take the
+  expected share ``MASKED_FRACTION`` of their positions, as the planner does.
+On-policy rollouts decode data-dependent lengths and are not traced (``traceable``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .memory import GB, MASKED_FRACTION, Plan, Shape, model_shape, plan_job
+
+
+@dataclass(frozen=True)
+class Traced:
+    job: str
+    world: int
+    rows: int  # rows per GPU per micro-batch
+    peak_gb: float  # rank 0's peak over the traced step
+    parts: dict  # the tracker's categories at the peak (GB): parameters, activations, optimizer state, ...
+    planned_gb: float
+
+    @property
+    def error(self) -> float:
+        """The plan's estimate relative to the traced peak (+: the plan asks for more)."""
+        return self.planned_gb / self.peak_gb - 1
+
+
+def traceable(run: dict) -> str | None:
+    """Why a run's step cannot be traced, or None."""
+    if (run.get("distill") or {}).get("on_policy"):
+        return "on-policy rollouts decode data-dependent lengths"
+    return None
+
+
+def qwen3_config(shape: Shape):
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        head_dim=shape.head_dim,
+        tie_word_embeddings=shape.tied,
+    )
+
+
+class _ExpectedSizes(TorchDispatchMode):
+    """Answers the step's data-dependent operations, which fake tensors cannot: a host read is 1, and a
+    selection (``nonzero``, indexing by a boolean mask) keeps ``MASKED_FRACTION`` of its positions."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        aten = torch.ops.aten
+        if func is aten._local_scalar_dense.default:
+            return 1
+        if func is aten.nonzero.default:
+            x = args[0]
+            return torch.zeros((max(1, int(MASKED_FRACTION * x.numel())), x.dim()), dtype=torch.long, device=x.device)
+        if func is aten.index.Tensor and any(i is not None and i.dtype == torch.bool for i in args[1]):
+            indices = []
+            for i in args[1]:
+                if i is not None and i.dtype == torch.bool:
+                    kept = max(1, int(MASKED_FRACTION * i.numel()))
+                    indices += [torch.zeros(kept, dtype=torch.long, device=i.device)] * i.dim()
+                else:
+                    indices.append(i)
+            return aten.index.Tensor(args[0], indices)
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def fake_process_group(world: int):
+    """Rank 0 of ``world`` processes in torch's fake backend, for the length of the block."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError("a process group is already started: a trace runs in a process of its own")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
+    """Rank 0's peak memory over one training step of ``run`` at ``shape`` launched as ``plan``."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    from ..core.conventions import Conventions
+    from ..methods.registry import objective_for
+    from ..training.data import MicroBatch
+    from ..training.loop import optimizer
+    from ..training.objectives import freeze
+    from ..training.schedule import autocast
+    from ..training.sharding import shard
+
+    if why := traceable(run):
+        raise ValueError(f"{plan.job}: not traced: {why}")
+    launch, tr = plan.launch, run["training"]
+    # token ids are never read for their values; the special ones need only be in the vocabulary
+    special = shape.vocab - 1
+    conv = Conventions(
+        attention=run["attention"],
+        shift=run["shift"],
+        mask_token_id=special,
+        eos_token_id=special,
+        pad_token_id=special,
+        block_size=run["block_size"],
+    )
+    objective = objective_for(run, conv, 0)
+    cfg = qwen3_config(shape)
+    with fake_process_group(launch.gpus):
+        mesh = init_device_mesh("cpu", (launch.gpus,))
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+            teacher = None
+            if objective.needs_teacher:
+                head = AutoModelForCausalLM if objective.teacher_head else AutoModel
+                teacher = head.from_config(cfg, dtype=torch.bfloat16).eval().requires_grad_(False)
+        model.set_attn_implementation("sdpa")
+        freeze(model, run["freeze"])
+        objective.count_parameters(model, teacher)
+        if launch.activation_checkpointing:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        with FakeTensorMode(allow_non_fake_inputs=True), _ExpectedSizes():
+            shard(model, "bf16", mesh)
+            model.to_empty(device="cpu")
+            if teacher is not None:
+                if launch.shard_teacher:
+                    shard(teacher, "bf16", mesh)
+                teacher.to_empty(device="cpu")
+            opt = optimizer(model, tr)
+            rows, length = launch.rows * launch.gpus, tr["seq_len"]
+            ids = torch.zeros(rows, length, dtype=torch.long)
+            mb = MicroBatch(
+                ids,
+                torch.ones_like(ids),
+                torch.zeros(rows, dtype=torch.long),
+                torch.arange(launch.rows),
+                launch.gpus,
+                0,
+            )
+            generator = torch.Generator().manual_seed(0)
+
+            def step():
+                with autocast("bf16", "cpu"):
+                    terms = objective.terms(model, teacher, mb, 0, generator)
+                sum(terms.values()).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            step()  # creates the optimizer state the traced step holds
+            tracker = FSDPMemTracker(model, opt)
+            with tracker:
+                step()
+            peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
+            # the frozen teacher, resident throughout: its local shard or its whole replica
+            held = sum(_local(p).numel() * p.element_size() for p in teacher.parameters()) if teacher else 0
+    parts = {str(getattr(k, "value", k)): round(v / GB, 2) for k, v in peak.items() if v and k != "Total"}
+    parts["Teacher"] = round(held / GB, 2)
+    return Traced(plan.job, launch.gpus, launch.rows, (peak["Total"] + held) / GB, parts, plan.peak_gb)
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    return p.to_local() if hasattr(p, "to_local") else p
+
+
+def trace_job(config: dict, job: str) -> Traced:
+    """The conversion ``job`` (``model/run``) of ``config`` traced as its plan launches it."""
+    from ..pipeline.jobs import conversion_settings
+
+    model, run_name = job.split("/")
+    shape = model_shape(config["models"][model], config["data"]["tokenizer"].get("vocab_size"))
+    run = conversion_settings(config, run_name)
+    plan = plan_job(job, shape, run, config["cluster"])
+    if plan.launch is None:
+        raise ValueError(f"{job}: no launch fits ({plan.reason})")
+    return trace_step(shape, run, plan)

@@ -1,0 +1,106 @@
+"""Every conversion job of a preset traced at its real shapes and planned world size, without a GPU,
+against the memory planner's estimate (``ar2dlm.plan.trace``):
+
+    python benchmarks/trace_memory.py [--configfile config/presets/paper.yaml] [--jobs qwen3_0_6b/mdlm ...]
+        [--out results/bench/trace_memory.json]
+
+Prints, per job, the launch, rank 0's traced peak by part, the plan's estimate and its error, and the
+headroom the plan leaves on the config's GPU; jobs whose step cannot be traced are listed with why.
+Each trace runs in a process of its own (a process group per world size), one after another.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ar2dlm.pipeline.checks import checked_config  # noqa: E402
+from ar2dlm.pipeline.config import read_config_file  # noqa: E402
+
+TOLERANCE = 0.15  # a plan within 15% of the traced peak
+
+
+def trace_in_process(configfile: str, job: str) -> dict:
+    """One job's trace in a child process (torch's fake process group is one per process)."""
+    script = (
+        "import json, sys\nfrom dataclasses import asdict\nfrom ar2dlm.pipeline.checks import checked_config\n"
+        "from ar2dlm.pipeline.config import read_config_file\nfrom ar2dlm.plan.trace import trace_job\n"
+        "config = checked_config(read_config_file(sys.argv[1]), sys.argv[3])\n"
+        "print(json.dumps(asdict(trace_job(config, sys.argv[2]))))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, configfile, job, str(REPO / "config")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=str(REPO)),
+    )
+    if proc.returncode:
+        return {"job": job, "error": proc.stderr.strip().splitlines()[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    from ar2dlm.pipeline.jobs import conversion_settings
+    from ar2dlm.plan.memory import plan_jobs
+    from ar2dlm.plan.trace import traceable
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--configfile", default=str(REPO / "config" / "presets" / "paper.yaml"))
+    ap.add_argument("--jobs", nargs="*", help="model/run jobs (default: every conversion job of the config)")
+    ap.add_argument("--out", help="write the traces as JSON here")
+    args = ap.parse_args(argv)
+    config = checked_config(read_config_file(args.configfile), REPO / "config")
+    plans = {p.job: p for p in plan_jobs(config)}
+    jobs = args.jobs or list(plans)
+    gpu_gb = config["cluster"]["gpu_memory_gb"]
+    rows, skipped = [], []
+    for job in jobs:
+        why = traceable(conversion_settings(config, job.split("/")[1]))
+        if why:
+            skipped.append(f"{job}: {why}")
+            continue
+        traced = trace_in_process(args.configfile, job)
+        if "error" in traced:
+            skipped.append(f"{job}: trace failed: {traced['error']}")
+            continue
+        plan = plans[job]
+        traced["error_vs_plan"] = traced["planned_gb"] / traced["peak_gb"] - 1
+        traced["headroom_gb"] = gpu_gb - traced["planned_gb"]
+        traced["launch"] = f"{plan.launch.nodes} x {plan.launch.gpus_per_node}"
+        rows.append(traced)
+        print(f"{job}: traced {traced['peak_gb']:.1f} GB, planned {traced['planned_gb']:.1f} GB", flush=True)
+    print(
+        f"\nRank 0's peak of one training step traced at the real shapes (fake tensors, fake process group) "
+        f"against the planner, on {gpu_gb} GB GPUs\n"
+    )
+    print("| job | launch | rows/GPU | traced GB | planned GB | plan vs traced | headroom GB | traced parts (GB) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        parts = ", ".join(f"{k} {v}" for k, v in r["parts"].items() if v)
+        print(
+            f"| {r['job']} | {r['launch']} | {r['rows']} | {r['peak_gb']:.1f} | {r['planned_gb']:.1f} | "
+            f"{r['error_vs_plan']:+.0%} | {r['headroom_gb']:.1f} | {parts} |"
+        )
+    outside = [r["job"] for r in rows if abs(r["error_vs_plan"]) > TOLERANCE]
+    print(
+        f"\n{len(rows) - len(outside)} of {len(rows)} traced jobs within {TOLERANCE:.0%} of their plan"
+        + (f"; outside: {', '.join(outside)}" if outside else "")
+    )
+    for line in skipped:
+        print(f"not traced: {line}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(
+            json.dumps({"gpu_memory_gb": gpu_gb, "traced": rows, "not_traced": skipped}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
