@@ -25,7 +25,6 @@ import torch
 
 from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.pipeline.runs import resolve_run
-from ar2dlm.plan.memory import BENCH_TRAIN_RUNS
 from ar2dlm.provenance import library_versions, read_json, write_json
 from ar2dlm.training.distributed import barrier, process_group
 from ar2dlm.training.trainer import train_run
@@ -74,7 +73,7 @@ def gpu_mfu(config, steps: int = 20, peak_tflops: float = 989.0):
         tie_word_embeddings=True,
     )
     out = {}
-    for name in ("mdlm", "ra"):
+    for name in (config["bench"]["train_runs"]["baseline"], config["bench"]["train_runs"]["aligned"]):
         run = resolve_run(config, name)
         torch.manual_seed(0)
         model = Qwen3ForCausalLM(cfg).cuda()
@@ -138,19 +137,21 @@ def main(argv=None):
     launch = json.loads(a.launch)
     work = Path(a.out).with_suffix(".work")
     with process_group(planned_gpus=launch.get("gpus", 0)) as pg:  # every process of the job times each run
+        roles = config["bench"]["train_runs"]  # baseline, aligned, frozen
         runs = {
             name: timed_run(resolve_run(config, name), a.teacher, a.corpus, a.steps, a.skip, work / name, launch, pg)
-            for name in BENCH_TRAIN_RUNS
+            for name in roles.values()
         }
         main = pg.main
     if not main:
         return
     shutil.rmtree(work, ignore_errors=True)
     gpu = gpu_mfu(config) if torch.cuda.is_available() else "no CUDA GPU here: MFU not measured"
+    baseline, aligned, frozen = (runs[roles[r]] for r in ("baseline", "aligned", "frozen"))
     result = {
         "runs": runs,
-        "freeze_speedup": round(runs["ra_freeze"]["tokens_per_s"] / runs["ra"]["tokens_per_s"], 3),
-        "repr_align_over_mdlm_step_time": round(runs["ra"]["step_s"] / runs["mdlm"]["step_s"], 3),
+        "freeze_speedup": round(frozen["tokens_per_s"] / aligned["tokens_per_s"], 3),
+        "repr_align_over_mdlm_step_time": round(aligned["step_s"] / baseline["step_s"], 3),
         # seconds of training steps per run, summed over every attempt (a resumed run's manifest
         # records only its last process in wall_seconds)
         "wall_seconds": {

@@ -247,6 +247,9 @@ def check_bench(config: dict) -> None:
         raise ConfigError("bench.model", f"{bench['model']!r} is not a key of models ({', '.join(config['models'])})")
     if bench["run"] not in config["runs"]:
         raise ConfigError("bench.run", f"{bench['run']!r} is not a key of runs")
+    for role, run in bench["train_runs"].items():
+        if run not in config["runs"]:
+            raise ConfigError(f"bench.train_runs.{role}", f"{run!r} is not a key of runs")
     timed = resolve_run(config, bench["run"])
     if timed["attention"] != "block" or bench["model"] not in timed["models"]:
         raise ConfigError(

@@ -343,19 +343,16 @@ def plan_jobs(config: dict) -> list[Plan]:
     return list(plans.values())
 
 
-BENCH_TRAIN_RUNS = ("mdlm", "ra", "ra_freeze")  # the runs benchmarks/train.py times, on config bench.model
-
-
 def plan_bench_train(config: dict) -> Plan:
-    """The training benchmark's launch: the bench model's plan of whichever timed run needs the most
-    GPUs (aligning reads a teacher too), so every timed run fits it."""
+    """The training benchmark's launch: the bench model's plan of whichever of its timed runs
+    (``bench.train_runs``) needs the most GPUs (aligning reads a teacher too), so every one fits it."""
     from ..pipeline.jobs import conversion_settings
 
     model = config["bench"]["model"]
     shape = model_shape(config["models"][model], config["data"]["tokenizer"].get("vocab_size"))
     plans = [
         plan_job(f"bench_train/{model}/{run}", shape, conversion_settings(config, run), config["cluster"])
-        for run in BENCH_TRAIN_RUNS
+        for run in config["bench"]["train_runs"].values()
     ]
     return max(plans, key=lambda p: (p.launch is not None, p.launch.gpus if p.launch else 0))
 
