@@ -30,22 +30,11 @@ from ar2dlm.core.precision import cpu_native_bf16, resolve_dtype, torch_dtype
 from ar2dlm.evaluation import decode_speed as ds
 from ar2dlm.evaluation.code import code_prompts, score_responses
 from ar2dlm.pipeline.layout import final_checkpoint
+from ar2dlm.plan.memory import QWEN3_SHAPES
 from ar2dlm.provenance import library_versions, read_jsonl, write_json
 
+
 # Qwen3-0.6B's config.json: the widths whose weights (0.6B parameters) outgrow a CPU's caches
-QWEN3_0_6B = dict(
-    vocab_size=151936,
-    hidden_size=1024,
-    intermediate_size=3072,
-    num_hidden_layers=28,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    max_position_embeddings=40960,
-    tie_word_embeddings=True,
-)
-
-
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="a checkpoint folder, or a conversion folder with train.json")
@@ -90,10 +79,11 @@ def load(a):
 
 
 def qwen3_shape_curve(a, tokens) -> dict:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(**QWEN3_0_6B)).eval()
+    shape = QWEN3_SHAPES["Qwen/Qwen3-0.6B-Base"]
+    model = Qwen3ForCausalLM(shape.qwen3_config(max_position_embeddings=40960)).eval()
     dtype = torch.bfloat16 if cpu_native_bf16() else torch.float32
     curve = ds.cost_curve(model.to(dtype), tokens, a.cost_context)
     return {**curve, "dtype": str(dtype), "parameters": sum(p.numel() for p in model.parameters())}

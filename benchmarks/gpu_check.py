@@ -713,16 +713,6 @@ def decode_speed_stage(ctx: Context) -> None:
 # The decode_speed stage: a 128-token prompt, 64 new tokens; the DLM decodes blocks of 32 in 8 steps
 # (4 tokens per forward: random weights have no confidence to threshold).
 SPEED = {"prompt": 128, "new_tokens": 64, "block": 32, "steps_per_block": 8}
-QWEN3_0_6B_SHAPE = dict(
-    hidden_size=1024,
-    intermediate_size=3072,
-    num_hidden_layers=28,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-)
 
 
 def speed_model(ctx: Context):
@@ -734,7 +724,9 @@ def speed_model(ctx: Context):
         shape = dict(a, head_dim=a["hidden_size"] // a["num_attention_heads"], vocab_size=ctx.sizes["vocab"])
         name = f"{a['hidden_size']}-wide, {a['num_hidden_layers']} layers"
     else:
-        shape, name = QWEN3_0_6B_SHAPE, "Qwen3-0.6B shape"
+        from ar2dlm.plan.memory import QWEN3_SHAPES
+
+        shape, name = QWEN3_SHAPES["Qwen/Qwen3-0.6B-Base"].config_dict(), "Qwen3-0.6B shape"
     shape = {**shape, "max_position_embeddings": 1024, "eos_token_id": 1, "pad_token_id": 2}
     torch.manual_seed(0)
     dtype = torch.bfloat16 if ctx.device == "cuda" else torch.float32

@@ -56,22 +56,13 @@ def timed_run(run, teacher, corpus, steps, skip, work: Path, launch: dict, pg) -
 
 def gpu_mfu(config, steps: int = 20, peak_tflops: float = 989.0):
     """bf16 tokens/s and MFU of a random Qwen3-0.6B-shaped model at length 2048 (CUDA only)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     from ar2dlm.core.conventions import Conventions
+    from ar2dlm.plan.memory import QWEN3_SHAPES
     from ar2dlm.training.objectives import diffusion_terms
 
-    cfg = Qwen3Config(
-        vocab_size=151936,
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-    )
+    cfg = QWEN3_SHAPES["Qwen/Qwen3-0.6B-Base"].qwen3_config(max_position_embeddings=4096)
     out = {}
     for name in (config["bench"]["train_runs"]["baseline"], config["bench"]["train_runs"]["aligned"]):
         run = resolve_run(config, name)

@@ -64,6 +64,25 @@ class Shape:
         """Without the LM head (a teacher read for its hidden states only)."""
         return self.embedding_params + self.layers * self.layer_params + self.hidden
 
+    def config_dict(self) -> dict:
+        """The transformers Qwen3Config keys of this shape."""
+        return {
+            "vocab_size": self.vocab,
+            "hidden_size": self.hidden,
+            "intermediate_size": self.intermediate,
+            "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads,
+            "num_key_value_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "tie_word_embeddings": self.tied,
+        }
+
+    def qwen3_config(self, **overrides):
+        """A transformers Qwen3Config of this shape (``overrides``: its other keys)."""
+        from transformers import Qwen3Config
+
+        return Qwen3Config(**self.config_dict(), **overrides)
+
     def kv_cache_bytes(self, tokens: int, act: int) -> int:
         """A KV cache of ``tokens`` tokens (all layers, keys and values) in ``act`` bytes."""
         return 2 * self.layers * self.kv_heads * self.head_dim * tokens * act

@@ -54,21 +54,6 @@ def traceable(run: dict) -> str | None:
     return None
 
 
-def qwen3_config(shape: Shape):
-    from transformers import Qwen3Config
-
-    return Qwen3Config(
-        vocab_size=shape.vocab,
-        hidden_size=shape.hidden,
-        intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
-        head_dim=shape.head_dim,
-        tie_word_embeddings=shape.tied,
-    )
-
-
 class _ExpectedSizes(TorchDispatchMode):
     """Answers the step's data-dependent operations, which fake tensors cannot: a host read is 1, and a
     selection (``nonzero``, indexing by a boolean mask) keeps ``MASKED_FRACTION`` of its positions."""
@@ -137,7 +122,7 @@ def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
         block_size=run["block_size"],
     )
     objective = objective_for(run, conv, 0)
-    cfg = qwen3_config(shape)
+    cfg = shape.qwen3_config()
     with fake_process_group(launch.gpus):
         mesh = init_device_mesh("cpu", (launch.gpus,))
         with torch.device("meta"):
