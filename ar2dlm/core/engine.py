@@ -41,41 +41,25 @@ from transformers import StaticCache
 
 from .attention import attention_mask, position_ids
 from .conventions import Conventions
-from .sampling import CACHE_KW, _pick, check_decode_args, left_pad, sample_categorical
+from .sampling import CACHE_KW, DecodeStats, _pick, check_decode_args, left_pad, sample_categorical
 
 WIDTH_BUCKET = 64  # prompts are left-padded to a multiple of this: a suite shares a few compiled widths
 STEP_KINDS = ("prefill", "ar", "block_first", "block", "canvas")
 
 
 @dataclass
-class EngineStats:
-    """What a decode did. ``response_tokens`` counts tokens up to end-of-text only, and
-    ``row_forwards`` the forwards each row took part in before it stopped, so
-    ``tokens_per_forward`` is response tokens per forward of a live row (nothing after end-of-text,
-    no frozen row counted)."""
+class EngineStats(DecodeStats):
+    """What a decode did (``DecodeStats``' counts), and ``row_forwards``: the forwards each row took part
+    in before it stopped, so ``tokens_per_forward`` is response tokens per forward of a live row (nothing
+    after end-of-text, no frozen row counted); forwards and their time by step kind."""
 
-    batch_size: int = 0
-    nfe: int = 0
-    forward_tokens: int = 0  # positions the forwards ran over, summed over the batch's rows
-    response_tokens: int = 0
     row_forwards: int = 0
-    decoded: int = 0  # positions unmasked up to each row's stop
-    steps: int = 0  # unmasking steps summed over live rows
-    seconds: float = 0.0
     forwards: dict = field(default_factory=lambda: defaultdict(int))  # by step kind
     kind_seconds: dict = field(default_factory=lambda: defaultdict(float))  # by step kind, when timed
 
     @property
     def tokens_per_forward(self) -> float:
         return self.response_tokens / max(1, self.row_forwards)
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.decoded / max(1, self.steps)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.response_tokens / max(1e-9, self.seconds)
 
     def ms_per_forward(self) -> dict:
         return {k: round(1e3 * s / self.forwards[k], 3) for k, s in self.kind_seconds.items() if self.forwards[k]}
@@ -90,17 +74,9 @@ class EngineStats:
 
     def as_dict(self) -> dict:
         return {
-            "batch_size": self.batch_size,
-            "nfe": self.nfe,
-            "forward_tokens": self.forward_tokens,
-            "response_tokens": self.response_tokens,
+            **super().as_dict(),
             "row_forwards": self.row_forwards,
-            "decoded": self.decoded,
-            "steps": self.steps,
-            "seconds": round(self.seconds, 4),
             "tokens_per_forward": round(self.tokens_per_forward, 4),
-            "tokens_per_step": round(self.tokens_per_step, 4),
-            "tokens_per_s": round(self.tokens_per_s, 2),
             "forwards": dict(self.forwards),
             "ms_per_forward": self.ms_per_forward(),
         }
