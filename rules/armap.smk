@@ -19,6 +19,8 @@ rule dpo_teacher:
         layout.bench_path("armap/dpo_teacher_{model}_{pdomain}_seed{seed}")
     # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
     retries: dpo_retries("dpo_teacher")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 1
     resources:
         **dpo_resources(),
@@ -47,6 +49,8 @@ rule armap_spectra:
         layout.log_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}"),
     benchmark:
         layout.bench_path("armap/spectra_{model}_{run}_seed{seed}_{pdomain}")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 1
     resources:
         **armap_runtime("armap_spectra"),
@@ -68,6 +72,8 @@ rule gamma_search:
         layout.log_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}"),
     benchmark:
         layout.bench_path("armap/gamma_{model}_{run}_seed{seed}_{pdomain}_{merge}")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 1
     resources:
         **armap_runtime("gamma_search"),
@@ -98,6 +104,8 @@ rule dlm_preference:
         layout.bench_path("armap/dlm_{objective}_{model}_{run}_seed{seed}_{pdomain}")
     # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
     retries: dpo_retries(*(f"dlm_{o}" for o in direct_objectives(config)))
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 1
     resources:
         **dpo_resources(),
@@ -123,6 +131,8 @@ rule evaluate_armap_model:
         layout.log_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}"),
     benchmark:
         layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_armap_{pdomain}_{merge}")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 1
     params:
         spec=lambda wc: benchmark_settings(config, wc.benchmark),
@@ -141,6 +151,8 @@ rule evaluate_dlm_preference:
         layout.log_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_{objective}_{pdomain}"),
     benchmark:
         layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_dlm_{objective}_{pdomain}")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 1
     params:
         spec=lambda wc: benchmark_settings(config, wc.benchmark),
@@ -159,6 +171,8 @@ rule evaluate_teacher_dpo:
         layout.log_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}_seed{seed}"),
     benchmark:
         layout.bench_path("eval/{benchmark}_{model}_teacher_dpo_{pdomain}_seed{seed}")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 1
     params:
         spec=lambda wc: benchmark_settings(config, wc.benchmark),

@@ -15,8 +15,11 @@ rule bench_decode:
         layout.log_path("bench/decode"),
     benchmark:
         layout.bench_path("bench/decode")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 8
     params:
+        python=PYTHON,
         script=os.path.join(workflow.basedir, "benchmarks", "decode.py"),
         b=config["bench"],
         spec=benchmark_settings(config, config["bench"]["benchmark"]),
@@ -31,7 +34,7 @@ rule bench_decode:
             if on
         ),
     shell:
-        "python {params.script} --model $(dirname {input.dlm}) --ar-model {input.teacher} --problems {input.problems}"
+        "{params.python} {params.script} --model $(dirname {input.dlm}) --ar-model {input.teacher} --problems {input.problems}"
         " --out {output} --threads {threads} --batch-size {params.b[batch_size]} --thresholds {params.thresholds}"
         " --task-prompts {params.b[task_prompts]} --max-new-tokens {params.b[max_new_tokens]}"
         " --repeats {params.b[repeats]} --cost-tokens {params.cost_tokens} --cost-context {params.b[cost_context]}"
@@ -51,6 +54,8 @@ rule bench_train:
         layout.log_path("bench/train"),
     benchmark:
         layout.bench_path("bench/train")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 8
     resources:
         **bench_train_resources(),

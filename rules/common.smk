@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import min_version
 
 # Every job runs the package of the checkout that holds this Snakefile, whatever copy is installed.
@@ -233,6 +234,11 @@ def table_outputs():
     return out
 
 
+# The interpreter a job's shell command starts: under --use-conda the job's environment is activated,
+# so its python; otherwise the one running Snakemake (a SLURM job's Snakemake is the submitting one's).
+PYTHON = "python" if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method else sys.executable
+
+
 def launcher(resources):
     """What starts a conversion's processes: this Python for one process; torchrun on one node for
     several GPUs; for a job given ``mpi`` (a planned job, or a profile's choice), srun starts one
@@ -243,13 +249,15 @@ def launcher(resources):
         nodes = int(resources.get("nodes", 1) or 1)
         per_node = int(resources.get("tasks") or gpus) // nodes
         torchrun = (
-            f"exec {sys.executable} -m torch.distributed.run --nnodes={nodes} --nproc_per_node={per_node} "
+            f"exec {PYTHON} -m torch.distributed.run --nnodes={nodes} --nproc_per_node={per_node} "
             "--rdzv_backend=c10d --rdzv_id=$SLURM_JOB_ID --rdzv_endpoint="
             '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):$((29500 + SLURM_JOB_ID % 1000)) "$@"'
         )
         # the step's one task per node holds that node's GPUs and their CPUs, named here rather than left to
         # the site's srun defaults (a step inherits neither --gpus nor --cpus-per-task from its job)
-        cpus = int(resources.get("cpus_per_gpu", 0) or 0) * (gpus // nodes) or int(resources.get("cpus_per_task", 0) or 0)
+        cpus = int(resources.get("cpus_per_gpu", 0) or 0) * (gpus // nodes) or int(
+            resources.get("cpus_per_task", 0) or 0
+        )
         binding = (f" --gpus-per-task={gpus // nodes} --gpu-bind=none" if gpus else "") + (
             f" --cpus-per-task={cpus}" if cpus else ""
         )
@@ -258,8 +266,8 @@ def launcher(resources):
             f"sh -c '{torchrun}' torchrun"
         )
     if gpus > 1:
-        return f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node={gpus}"
-    return sys.executable
+        return f"{PYTHON} -m torch.distributed.run --standalone --nproc_per_node={gpus}"
+    return PYTHON
 
 
 def armap_runtime(rule: str):

@@ -16,12 +16,14 @@ rule convert:
         layout.log_path("convert/{model}_{run}_seed{seed}"),
     benchmark:
         layout.bench_path("convert/{model}_{run}_seed{seed}")
+    retries: conversion_retries()
+    conda:
+        "../envs/ar2dlm.yaml"
     # one thread per job: on CPUs the tiny model trains 1.37x faster as parallel one-thread jobs than
     # one two-thread job at a time (2 cores); GPU jobs get their CPUs from the SLURM profile
     threads: 1
     resources:
         **conversion_resources(),
-    retries: conversion_retries()
     params:
         run=lambda wc: json.dumps(conversion_settings(config, wc.run), sort_keys=True),
         preset=config["preset"],

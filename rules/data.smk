@@ -12,6 +12,8 @@ rule synthetic_suites:
         layout.log_path("data/synthetic_suites"),
     benchmark:
         layout.bench_path("data/synthetic_suites")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         data={k: config["data"][k] for k in ("seed", "code_suite", "math_suite")},
     script:
@@ -30,6 +32,8 @@ rule preferences:
         layout.log_path("data/preferences_{domain}"),
     benchmark:
         layout.bench_path("data/preferences_{domain}")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         data={k: config["data"][k] for k in ("seed", "preferences")},
     script:
@@ -48,6 +52,8 @@ rule tokenizer:
         layout.log_path("data/tokenizer"),
     benchmark:
         layout.bench_path("data/tokenizer")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         data={
             "seed": config["data"]["seed"],
@@ -71,6 +77,8 @@ rule corpus:
         layout.log_path("data/corpus"),
     benchmark:
         layout.bench_path("data/corpus")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         data={k: config["data"][k] for k in ("seed", "corpus")},
     script:
@@ -87,6 +95,8 @@ rule prompt_set:
         layout.log_path("data/prompts_{pset}"),
     benchmark:
         layout.bench_path("data/prompts_{pset}")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         spec=lambda wc: config["data"]["prompt_sets"][wc.pset],
         seed=config["data"]["seed"],
@@ -109,6 +119,8 @@ rule token_rows_shard:
     benchmark:
         layout.bench_path("data/token_rows_{source}_{selection}_len{seq_len}_shard{shard}of{shards}")
     priority: 50
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: token_rows_threads
     resources:
         **token_rows_resources(),
@@ -135,6 +147,8 @@ rule token_rows:
     # every conversion waits on these rows: scheduled before any ready single-core job, since a
     # multi-core job left waiting for free cores would otherwise idle the cores it does not hold
     priority: 50
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: token_rows_threads
     resources:
         **token_rows_resources(),
@@ -155,6 +169,8 @@ rule prefetch:
         hub_ready_to_fetch,
     log:
         layout.log_path("data/prefetch"),
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         assets=[dataclasses.asdict(a) for a in HUB_ASSETS],
     script:
@@ -176,6 +192,8 @@ rule code_benchmark:
         layout.log_path("data/benchmark_{benchmark}"),
     benchmark:
         layout.bench_path("data/benchmark_{benchmark}")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         spec=lambda wc: config["eval"]["benchmarks"][wc.benchmark],
     script:

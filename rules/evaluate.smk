@@ -14,6 +14,8 @@ rule evaluate_checkpoint:
         layout.log_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}"),
     benchmark:
         layout.bench_path("eval/{benchmark}_{model}_{run}_seed{seed}_step{step}")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 1
     params:
         spec=lambda wc: benchmark_settings(config, wc.benchmark),
@@ -32,6 +34,8 @@ rule evaluate_teacher:
         layout.log_path("eval/{benchmark}_{model}_teacher"),
     benchmark:
         layout.bench_path("eval/{benchmark}_{model}_teacher")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 1
     params:
         spec=lambda wc: benchmark_settings(config, wc.benchmark),

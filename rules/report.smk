@@ -19,6 +19,8 @@ rule run_summary:
         layout.log_path("report/run_summary"),
     benchmark:
         layout.bench_path("report/run_summary")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         preset=config["preset"],
         models=MODELS,
@@ -46,6 +48,8 @@ rule eval_summary:
         layout.log_path("report/eval_summary"),
     benchmark:
         layout.bench_path("report/eval_summary")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         preset=config["preset"],
     script:

@@ -25,6 +25,8 @@ rule study_table:
         layout.log_path("tables/{study}"),
     benchmark:
         layout.bench_path("tables/{study}")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         config=lambda wc: study_config(config, wc.study),
         caption=lambda wc: study_table_caption(config, wc.study),
@@ -48,6 +50,8 @@ rule study_figure:
         layout.log_path("figures/{figpath}"),
     benchmark:
         layout.bench_path("figures/{figpath}")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         study=lambda wc: FIGURES[wc.figpath],
         config=lambda wc: study_config(config, FIGURES[wc.figpath]),
@@ -107,6 +111,8 @@ rule armap_report:
         layout.log_path("tables/armap"),
     benchmark:
         layout.bench_path("tables/armap")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         config=lambda wc: {
             k: config[k]
@@ -139,6 +145,8 @@ rule claims:
         layout.log_path("tables/claims"),
     benchmark:
         layout.bench_path("tables/claims")
+    conda:
+        "../envs/ar2dlm.yaml"
     params:
         config=lambda wc: {
             k: config[k]

@@ -12,6 +12,8 @@ rule teacher:
         layout.log_path("teacher/{model}"),
     benchmark:
         layout.bench_path("teacher/{model}")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 8
     params:
         model_cfg=lambda wc: config["models"][wc.model],
@@ -33,6 +35,8 @@ rule eval_teacher_code:
         layout.log_path("eval/teacher_check_{model}"),
     benchmark:
         layout.bench_path("eval/teacher_check_{model}")
+    conda:
+        "../envs/ar2dlm.yaml"
     threads: 8
     params:
         cfg=config["eval"]["teacher_code"],

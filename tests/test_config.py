@@ -103,12 +103,20 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     )
     assert all(f'"stop_after_hours": {stop:g}' in b for b in blocks if "rule convert:" in b)
     assert "--nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d" in two_nodes
-    # the job's processes run the interpreter of the job's own Snakemake (a SLURM job starts the submitting
-    # environment's): the rules name no conda environment that --use-conda would switch to
+    # without --use-conda the job's processes run the interpreter of the job's own Snakemake (a SLURM job
+    # starts the submitting environment's); under it, the activated environment's python
     import sys
 
     assert f"exec {sys.executable} -m torch.distributed.run" in two_nodes
-    assert not any("conda:" in f.read_text() for f in (REPO / "rules").glob("*.smk"))
+    # the environment --use-conda builds holds the package's dependencies, no more, no fewer
+    import tomllib
+
+    env = yaml.safe_load((REPO / "envs" / "ar2dlm.yaml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert pip == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert all(
+        '"../envs/ar2dlm.yaml"' in f.read_text() for f in (REPO / "rules").glob("*.smk") if f.name != "common.smk"
+    )
     evaluation = next(b for b in blocks if "rule evaluate_checkpoint:" in b)
     assert "gpu=1" in evaluation
     # the training benchmark times the 8B runs on the GPUs their plan gives, sharded as planned
