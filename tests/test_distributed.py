@@ -334,14 +334,17 @@ def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_
 
 
 def test_a_process_without_the_gpu_its_job_was_given_stops_naming_both(monkeypatch):
-    """No silent fall back to the CPU (gloo, emulated bf16): a job granted GPUs by SLURM, or launched on
-    GPUs by its plan, that sees none stops before any work, as does a node with more torchrun processes
-    than GPUs; a CPU job with neither runs on the CPU."""
+    """No silent fall back to the CPU (gloo, emulated bf16): a job granted GPUs by SLURM or named CUDA
+    devices, or a SLURM job its plan launches on GPUs, that sees none stops before any work, as does a
+    node with more torchrun processes than GPUs; a CPU job with none of these runs on the CPU."""
     from ar2dlm.core.models import device_problem, resolve_device
 
     assert "SLURM granted this job 4 GPU(s)" in device_problem(0, {"SLURM_GPUS_ON_NODE": "4"}, visible=0)
     assert "SLURM granted this job 2 GPU(s)" in device_problem(0, {"SLURM_JOB_GPUS": "0,1"}, visible=0)
-    assert "the plan launches this run on 8 GPU(s)" in device_problem(8, {}, visible=0)
+    assert "the plan launches this run on 8 GPU(s)" in device_problem(8, {"SLURM_JOB_ID": "7"}, visible=0)
+    assert device_problem(8, {}, visible=0) is None  # a plan rehearsed on CPU ranks outside SLURM (stand-ins)
+    assert "given CUDA devices '0,1'" in device_problem(0, {"CUDA_VISIBLE_DEVICES": "0,1"}, visible=0)
+    assert device_problem(0, {"CUDA_VISIBLE_DEVICES": ""}, visible=0) is None  # hidden on purpose
     crowded = device_problem(0, {"LOCAL_WORLD_SIZE": "8", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}, visible=4)
     assert "torchrun starts 8 processes on this node" in crowded and "sees 4 CUDA device(s)" in crowded
     assert "CUDA_VISIBLE_DEVICES='0,1,2,3'" in crowded
@@ -357,6 +360,7 @@ def test_a_process_without_the_gpu_its_job_was_given_stops_naming_both(monkeypat
             pass
     monkeypatch.delenv("SLURM_GPUS_ON_NODE")
     assert resolve_device("auto").type == "cpu"
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
     with pytest.raises(RuntimeError, match=r"the plan launches this run on 2 GPU\(s\)"):
         with process_group(planned_gpus=2):
             pass

@@ -204,10 +204,12 @@ class LoadedModel(NamedTuple):
 
 def device_problem(planned_gpus: int = 0, env=None, visible: int | None = None) -> str | None:
     """Why this process cannot have the GPU its job was given, before it falls back to the CPU (gloo and
-    emulated bf16, many times slower) or two processes share a GPU: the plan launches the run on GPUs,
-    or SLURM granted the job step GPUs on this node, and torch sees none (a CPU build of torch, a node
-    without the driver); or torchrun starts more processes on this node than it sees GPUs. ``env`` and
-    ``visible`` (the CUDA devices torch sees) default to this process's."""
+    emulated bf16, many times slower) or two processes share a GPU: SLURM granted the job step GPUs on
+    this node (or names devices in CUDA_VISIBLE_DEVICES), or a SLURM job's plan launches it on GPUs, and
+    torch sees none (a CPU build of torch, a node without the driver); or torchrun starts more processes
+    on this node than it sees GPUs. Outside SLURM a plan's processes may run on CPUs by choice (the
+    stand-in DAG rehearses the paper's launches so). ``env`` and ``visible`` (the CUDA devices torch
+    sees) default to this process's."""
     import torch
 
     env = os.environ if env is None else env
@@ -218,7 +220,9 @@ def device_problem(planned_gpus: int = 0, env=None, visible: int | None = None) 
     slurm = env.get("SLURM_GPUS_ON_NODE") or (len(env["SLURM_JOB_GPUS"].split(",")) if env.get("SLURM_JOB_GPUS") else 0)
     if visible == 0 and int(slurm):
         return f"SLURM granted this job {slurm} GPU(s) on this node (SLURM_GPUS_ON_NODE / SLURM_JOB_GPUS), and {seen}"
-    if visible == 0 and planned_gpus:
+    if visible == 0 and env.get("CUDA_VISIBLE_DEVICES", "").strip(", "):
+        return f"this job is given CUDA devices {env['CUDA_VISIBLE_DEVICES']!r}, and {seen}"
+    if visible == 0 and planned_gpus and "SLURM_JOB_ID" in env:
         return f"the plan launches this run on {planned_gpus} GPU(s), and {seen}"
     local_world = int(env.get("LOCAL_WORLD_SIZE", "1"))
     if visible and local_world > visible:
