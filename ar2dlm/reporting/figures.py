@@ -254,7 +254,8 @@ def study_figure(config: dict, study: str, pdf_path, png_path) -> None:
     points = pd.DataFrame([(d.model, d.run, d.step, d.seed) for d in data], columns=["model", "run", "step", "seed"])
     counts = points.drop_duplicates().groupby(["model", "run", "step"])["seed"].count().tolist()
     ax.set_title(f"{study} ({config['preset']} preset): {seeds_phrase(counts)}", fontsize=8)
-    ax.legend(fontsize=6)
+    if ax.get_legend_handles_labels()[1]:  # a figure with nothing drawn says why instead
+        ax.legend(fontsize=6)
     save(fig, pdf_path, png_path)
 
 
