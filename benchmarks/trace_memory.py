@@ -4,8 +4,9 @@ against the memory planner's estimate (``ar2dlm.plan.trace``):
     python benchmarks/trace_memory.py [--configfile config/presets/paper.yaml] [--jobs qwen3_0_6b/mdlm ...]
         [--out results/bench/trace_memory.json]
 
-Prints, per job, the launch, rank 0's traced peak by part, the plan's estimate and its error, and the
-headroom the plan leaves on the config's GPU; jobs whose step cannot be traced are listed with why.
+Prints, per job (every conversion, and AR-MAP's gamma search on each model), the launch, rank 0's
+traced peak by part, the plan's estimate and its error, and the headroom the larger of the two leaves
+on the config's GPU; jobs whose step cannot be traced are listed with why.
 Each trace runs in a process of its own (a process group per world size), one after another.
 """
 
@@ -48,6 +49,7 @@ def trace_in_process(configfile: str, job: str) -> dict:
 def main(argv=None) -> int:
     from ar2dlm.pipeline.jobs import conversion_settings
     from ar2dlm.plan.memory import plan_jobs
+    from ar2dlm.plan.one_gpu import plan_one_gpu_jobs
     from ar2dlm.plan.trace import traceable
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -57,11 +59,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     config = checked_config(read_config_file(args.configfile), REPO / "config")
     plans = {p.job: p for p in plan_jobs(config)}
-    jobs = args.jobs or list(plans)
+    gamma = {j.job: j for j in plan_one_gpu_jobs(config) if j.job.startswith("gamma_search/")}
+    jobs = args.jobs or [*plans, *gamma]
     gpu_gb = config["cluster"]["gpu_memory_gb"]
     rows, skipped = [], []
     for job in jobs:
-        why = traceable(conversion_settings(config, job.split("/")[1]))
+        why = None if job in gamma else traceable(conversion_settings(config, job.split("/")[1]))
         if why:
             skipped.append(f"{job}: {why}")
             continue
@@ -69,15 +72,15 @@ def main(argv=None) -> int:
         if "error" in traced:
             skipped.append(f"{job}: trace failed: {traced['error']}")
             continue
-        plan = plans[job]
         traced["error_vs_plan"] = traced["planned_gb"] / traced["peak_gb"] - 1
-        traced["headroom_gb"] = gpu_gb - traced["planned_gb"]
-        traced["launch"] = f"{plan.launch.nodes} x {plan.launch.gpus_per_node}"
+        traced["headroom_gb"] = gpu_gb - max(traced["planned_gb"], traced["peak_gb"])
+        launch = plans[job].launch if job in plans else None
+        traced["launch"] = f"{launch.nodes} x {launch.gpus_per_node}" if launch else "1 x 1"
         rows.append(traced)
         print(f"{job}: traced {traced['peak_gb']:.1f} GB, planned {traced['planned_gb']:.1f} GB", flush=True)
     print(
-        f"\nRank 0's peak of one training step traced at the real shapes (fake tensors, fake process group) "
-        f"against the planner, on {gpu_gb} GB GPUs\n"
+        f"\nRank 0's peak of one training step (a gamma search: one scoring forward) traced at the real shapes "
+        f"(fake tensors, fake process group) against the planner, on {gpu_gb} GB GPUs\n"
     )
     print("| job | launch | rows/GPU | traced GB | planned GB | plan vs traced | headroom GB | traced parts (GB) |")
     print("|---|---|---|---|---|---|---|---|")

@@ -87,7 +87,7 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     )
     assert "--nproc_per_node=8" in convert
     # a 2-node job: one torchrun per node through srun, meeting by c10d rendezvous
-    two_nodes = next(b for b in blocks if "rule convert:" in b and "qwen3_4b/ed/" in b)
+    two_nodes = next(b for b in blocks if "rule convert:" in b and "qwen3_8b/ed/" in b)
     assert "nodes=2" in two_nodes and "gpu=16" in two_nodes and "mpi=srun" in two_nodes
     # the step's task on each node holds that node's 8 GPUs and their CPUs, said explicitly
     assert (

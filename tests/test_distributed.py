@@ -365,3 +365,35 @@ def test_a_process_without_the_gpu_its_job_was_given_stops_naming_both(monkeypat
         with process_group(planned_gpus=2):
             pass
     assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("head", [False, True])
+def test_a_sharded_teacher_is_resharded_after_its_forward(head):
+    """FSDP2 keeps a root unit gathered after its forward for the backward that would reshard it; a
+    frozen teacher has none, and without its head every layer is a root. Sharded as frozen, every
+    parameter is back to its shard after the teacher's forward (traced on 2 fake ranks)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+    from transformers import AutoModel, AutoModelForCausalLM, Qwen3Config
+
+    from ar2dlm.plan.trace import fake_process_group
+
+    cfg = Qwen3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8,
+    )  # fmt: skip
+    ids = torch.randint(0, 64, (2, 8))
+    gathered = {}
+    with fake_process_group(2):
+        mesh = init_device_mesh("cpu", (2,))
+        for frozen in (False, True):
+            teacher = (AutoModelForCausalLM if head else AutoModel).from_config(cfg).requires_grad_(False)
+            sharding.shard(teacher, "fp32", mesh, frozen=frozen)
+            whole = {n for n, p in teacher.named_parameters() if not isinstance(p, DTensor)}  # no unit's (final norm)
+            with torch.no_grad():
+                teacher(input_ids=ids)
+            gathered[frozen] = [
+                n for n, p in teacher.named_parameters() if not isinstance(p, DTensor) and n not in whole
+            ]
+    assert gathered[False]  # the unfrozen sharding leaves the roots gathered
+    assert gathered[True] == []

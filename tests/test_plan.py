@@ -33,7 +33,8 @@ def test_every_paper_job_fits_80gb_gpus_and_the_profile_runtime():
         assert p.peak_gb <= 0.9 * 80 and p.launch.nodes <= config["cluster"]["max_nodes"]
         assert p.segments == 1 or p.launch.nodes == config["cluster"]["max_nodes"], p.job  # more nodes before segments
     by_job = {p.job: p for p in plans}
-    assert by_job["qwen3_4b/ed"].launch.nodes >= 2  # 256 rows x 2 x 2048 tokens: one node's 8 GPUs are not enough
+    ed = by_job["qwen3_4b/ed"].launch  # 256 rows x 2 x 2048 tokens on one node's 8 GPUs: with recomputation only
+    assert ed.nodes == 1 and ed.activation_checkpointing
     assert by_job["qwen3_4b/ed_long"].launch.nodes == 8  # 50B tokens: 81 h on 4 nodes, 41 h on 8
 
 
@@ -118,6 +119,38 @@ def test_peak_is_the_larger_phase():
     }
     assert peak(parts) == 8.5
     assert peak({**parts, "rollout": 10.0}) == 13.5 and GB == 1e9
+    # checkpointed: the logits' phase and the recomputed layer's do not overlap
+    assert peak({**parts, "recompute": 0.5}) == 8.5 and peak({**parts, "recompute": 4.0}) == 11.5
+
+
+@pytest.mark.parametrize("act, mlp_trained", [(2, True), (2, False), (4, True)])
+def test_a_layers_saved_activations_are_what_autograd_saves(act, mlp_trained):
+    """``layer_activation_bytes`` against the tensors autograd saves in transformers' Qwen3 decoder
+    layer (sdpa attention), counted by storage, at a shape whose widths all differ."""
+    import torch
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RotaryEmbedding
+
+    from ar2dlm.plan.memory import Shape
+
+    shape = Shape(hidden=96, layers=1, heads=6, kv_heads=2, head_dim=32, intermediate=160, vocab=64, tied=True)
+    cfg = shape.qwen3_config(attn_implementation="sdpa")
+    dtype = torch.bfloat16 if act == 2 else torch.float32
+    layer = Qwen3DecoderLayer(cfg, 0).to(dtype)
+    layer.mlp.requires_grad_(mlp_trained)
+    tokens = 40
+    x = torch.randn(1, tokens, shape.hidden, dtype=dtype, requires_grad=True)
+    rotary = Qwen3RotaryEmbedding(cfg)(x, torch.arange(tokens)[None])  # shared by every layer: not the layer's
+    shared = {t.untyped_storage().data_ptr() for t in (*rotary, *layer.parameters())}
+    saved = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in shared:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x, attention_mask=None, position_embeddings=rotary)
+    assert sum(saved.values()) == shape.layer_activation_bytes(act, mlp_trained) * tokens
 
 
 def test_evaluation_and_armap_jobs_fit_one_80gb_gpu_and_the_unfit_are_named():
@@ -175,7 +208,9 @@ def test_full_dpo_of_8b_is_sharded_over_the_gpus_that_hold_it(tmp_path):
             and job.gpus == 4
             and job.parts["weights"] * 4 == pytest.approx(4 * QWEN3_SHAPES["Qwen/Qwen3-8B-Base"].params)
         )
-        assert jobs[f"{kind}/qwen3_4b"].gpus == 2
+    # 4B: a causal model's fp32 weights, gradients and AdamW (64 GB) with its activations fit one GPU; a DLM's
+    # frozen fp32 reference (16 GB more) does not
+    assert jobs["dpo_teacher/qwen3_4b"].gpus == 1 and jobs["dlm_dpo/qwen3_4b"].gpus == 2
     assert {j.gpus for j in plan_one_gpu_jobs(config) if "dpo" in j.job} == {1}  # LoRA: one GPU
     override = tmp_path / "full_dpo.yaml"
     override.write_text(

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import torch
-import torch.utils.checkpoint
 
 from .attention import attention_mask, block_ids, position_ids, two_copy_inputs, uses_flex
 from .conventions import Conventions
@@ -145,7 +144,28 @@ def logits_at(model, where: torch.Tensor, source: torch.Tensor, length: int, **i
     keep[rows, src] = True
     out = model(**inputs, logits_to_keep=keep)
     order = keep.flatten().cumsum(0) - 1  # row of each kept position in the model's (N, V) output
-    return out.logits[order[rows * length + src]], out
+    logits = _TakeRows.apply(out.logits.flatten(0, -2), order[rows * length + src])
+    out["logits"] = None  # the model's order is not kept (one (N, V) tensor lives on, not two); as an
+    # item, since ModelOutput keeps its item when an attribute is set to None
+    return logits, out
+
+
+class _TakeRows(torch.autograd.Function):
+    """``x[index]`` along the first dimension. Written by hand for its backward: autograd's index
+    backward builds a zero tensor and an out-of-place copy of it (with the incoming gradient, three
+    (N, V) tensors at once, as ``ar2dlm.plan.trace`` measured); this one adds into one zero gradient
+    in place."""
+
+    @staticmethod
+    def forward(ctx, x, index):
+        ctx.save_for_backward(index)
+        ctx.shape = x.shape
+        return x[index]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (index,) = ctx.saved_tensors
+        return grad.new_zeros(ctx.shape).index_add_(0, index, grad), None
 
 
 def forward_aligned(
@@ -184,16 +204,47 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def chunked_rows(fn, *rows: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
     """``fn`` over row chunks of ``rows`` (tensors with the same first dimension), concatenated.
     Under autograd each chunk is recomputed in the backward pass, so a step keeps only the inputs
-    (e.g. bf16 logits) rather than fp32 copies and log-softmaxes of the whole vocabulary."""
-    n = rows[0].shape[0]
-    if n <= chunk:
+    (e.g. bf16 logits) rather than fp32 copies and log-softmaxes of the whole vocabulary, and the
+    inputs' gradients are written into one buffer each."""
+    if rows[0].shape[0] <= chunk:
         return fn(*rows)
-    grad = torch.is_grad_enabled() and any(r.requires_grad for r in rows)
-    parts = []
-    for i in range(0, n, chunk):
-        part = [r[i : i + chunk] for r in rows]
-        parts.append(torch.utils.checkpoint.checkpoint(fn, *part, use_reentrant=False) if grad else fn(*part))
-    return torch.cat(parts)
+    if torch.is_grad_enabled() and any(r.requires_grad for r in rows):
+        return _ChunkedRows.apply(fn, chunk, *rows)
+    return torch.cat([fn(*(r[i : i + chunk] for r in rows)) for i in range(0, rows[0].shape[0], chunk)])
+
+
+class _ChunkedRows(torch.autograd.Function):
+    """:func:`chunked_rows` under autograd. Written by hand because checkpointing each chunk of a
+    slice (``torch.utils.checkpoint``) makes every chunk's backward allocate a zero gradient of the
+    whole input and add it to the running sum: three (N, V) tensors at a step's peak instead of the
+    input and its gradient (measured by ``ar2dlm.plan.trace``); the backward here recomputes each
+    chunk and writes its gradient into its rows."""
+
+    @staticmethod
+    def forward(ctx, fn, chunk, *rows):
+        ctx.fn, ctx.chunk = fn, chunk
+        device = rows[0].device.type
+        ctx.autocast = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device), device)
+        ctx.save_for_backward(*rows)
+        return torch.cat([fn(*(r[i : i + chunk] for r in rows)) for i in range(0, rows[0].shape[0], chunk)])
+
+    @staticmethod
+    def backward(ctx, grad):
+        rows = ctx.saved_tensors
+        wanted = ctx.needs_input_grad[2:]
+        grads = [torch.empty_like(r) if w else None for r, w in zip(rows, wanted)]
+        enabled, dtype, device = ctx.autocast
+        for i in range(0, rows[0].shape[0], ctx.chunk):
+            part = [r[i : i + ctx.chunk].detach().requires_grad_(w) for r, w in zip(rows, wanted)]
+            with torch.enable_grad(), torch.autocast(device, dtype=dtype, enabled=enabled):
+                out = ctx.fn(*part)
+            inputs = [p for p in part if p.requires_grad]
+            got = iter(torch.autograd.grad(out, inputs, grad[i : i + ctx.chunk], allow_unused=True))
+            for g in grads:
+                if g is not None:
+                    part_grad = next(got)
+                    g[i : i + ctx.chunk] = 0 if part_grad is None else part_grad
+        return (None, None, *grads)
 
 
 def _nll_rows(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

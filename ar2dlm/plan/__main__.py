@@ -18,7 +18,7 @@ from .one_gpu import plan_one_gpu_jobs, unfit_one_gpu
 from .tokenize import TOKENS_PER_SECOND, plan_tokenize_jobs
 
 REPO = Path(__file__).resolve().parents[2]
-PARTS = ("parameters", "gradients", "optimizer", "teacher", "activations", "logits", "masks", "rollout")
+PARTS = ("parameters", "gradients", "optimizer", "teacher", "activations", "recompute", "logits", "masks", "rollout")
 
 
 def main(argv=None) -> int:

@@ -87,28 +87,29 @@ class Shape:
         """A KV cache of ``tokens`` tokens (all layers, keys and values) in ``act`` bytes."""
         return 2 * self.layers * self.kv_heads * self.head_dim * tokens * act
 
-    def layer_activation_bytes(self, act: int) -> int:
-        """Bytes autograd keeps per token in one decoder layer, activations in ``act`` bytes.
-        RMSNorm (width W) keeps its fp32 input, the normalised input and its output; q and k
-        pass through per-head RMSNorms and rotary embeddings (rotate_half makes a copy); attention
-        keeps q, k, v and its output; o_proj's input is a contiguous copy; the SwiGLU MLP keeps
-        gate, up, silu(gate) and their product."""
+    def layer_activation_bytes(self, act: int, mlp_trained: bool = True) -> int:
+        """Bytes autograd keeps per token in one decoder layer, activations in ``act`` bytes (counted
+        from the saved tensors of transformers' Qwen3DecoderLayer: ``tests/test_plan.py``). The two
+        RMSNorms of the residual stream keep their input in fp32, the normalised input and the output
+        (the next linear's input); q's and k's per-head RMSNorms keep their fp32 input and the
+        normalised one (rotary embeddings multiply by constants and keep nothing); attention keeps q,
+        k, v and its output, which o_proj reads in place; the SwiGLU MLP keeps gate, up, silu(gate)
+        and their product, or, frozen (``mlp_trained=False``), neither the product nor its own input,
+        which only its weights' gradients read; fp32 RMSNorm scales and attention's log-sum-exp."""
         q, kv, h = self.heads * self.head_dim, self.kv_heads * self.head_dim, self.hidden
-
-        def norm(width, counted_input):  # an fp32 copy unless the input is fp32 and already kept
-            upcast = FP32 * width if (act != FP32 or not counted_input) else 0
-            return upcast + 2 * act * width
-
+        mlp = 4 * act * self.intermediate if mlp_trained else 3 * act * self.intermediate - act * h
         return (
-            norm(h, False)
-            + act * (q + 2 * kv)
-            + norm(q, True)
-            + norm(kv, True)
+            2 * (FP32 * h + 2 * act * h)
+            + (FP32 + act) * (q + kv)
             + 2 * act * (q + kv)
-            + 2 * act * q
-            + norm(h, False)
-            + 4 * act * self.intermediate
+            + mlp
+            + FP32 * (2 + 2 * self.heads + self.kv_heads)
         )
+
+    def layer_backward_bytes(self, act: int) -> int:
+        """Bytes per token a decoder layer's backward adds to its saved tensors at its peak: the
+        gradient of its output and the three intermediate-width gradients of the MLP."""
+        return act * (self.hidden + 3 * self.intermediate)
 
 
 # The Qwen3 base models of the paper preset (their config.json), so a plan needs no download.
@@ -222,9 +223,10 @@ def estimate(shape: Shape, run: dict, launch: Launch) -> dict[str, float]:
         out["gradients"] = FP32 * trainable
     out["optimizer"] = 2 * FP32 * trainable / (g if sharded else 1)
 
-    layer = shape.layer_activation_bytes(act) * tokens
-    if launch.activation_checkpointing:  # each layer's input, then one layer recomputed (and its gradients)
-        out["activations"] = shape.layers * act * shape.hidden * tokens + 2 * layer
+    layer = shape.layer_activation_bytes(act, mlp_trained="mlp" not in frozen) * tokens
+    if launch.activation_checkpointing:  # each layer's input; one layer recomputed in the backward pass
+        out["activations"] = shape.layers * act * shape.hidden * tokens
+        out["recompute"] = layer + shape.layer_backward_bytes(act) * tokens
     else:
         out["activations"] = shape.layers * layer
 
@@ -256,9 +258,12 @@ def estimate(shape: Shape, run: dict, launch: Launch) -> dict[str, float]:
 
 def peak(parts: dict[str, float]) -> float:
     """A step's peak: the training step's parts together, or the rollout phase (the training
-    step's states plus the gathered student), whichever is larger."""
+    step's states plus the gathered student), whichever is larger. Under activation checkpointing
+    the loss's logits and the recomputed layer are alive at different times of the backward pass
+    (the logits' gradient is spent before the last layer is recomputed): the larger counts."""
     states = parts["parameters"] + parts["optimizer"] + parts["teacher"]
-    train = sum(v for k, v in parts.items() if k != "rollout")
+    phases = ("rollout", "logits", "recompute")
+    train = sum(v for k, v in parts.items() if k not in phases) + max(parts["logits"], parts.get("recompute", 0.0))
     return max(train, states + parts.get("rollout", 0.0))
 
 

@@ -14,7 +14,9 @@ What a trace stands in for, each the GPU route's memory:
   their sizes are the same;
 - attention is ``sdpa`` (fused: no (B, H, L, L) scores kept, as flex attention on a GPU) with the
   dense additive mask the CPU route builds (the GPU's BlockMask is a few KB; the dense one is counted:
-  (B, 1, L, L) in bf16, under 1% of any paper job's peak);
+  (B, 1, L, L) in bf16, under 1% of any paper job's peak), its keys and values shared by query
+  heads as flex attention shares them (transformers would otherwise copy them to every query head
+  when a mask is given: two more q-sized tensors a layer);
 - values a step reads on the host (a count for the FLOP tally, Adam's step) read as 1, and
   data-dependent selections (the masked positions a loss projects to the vocabulary) take the
   expected share ``MASKED_FRACTION`` of their positions, as the planner does.
@@ -24,6 +26,7 @@ On-policy rollouts decode data-dependent lengths and are not traced (``traceable
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 
 import torch
@@ -55,8 +58,20 @@ def traceable(run: dict) -> str | None:
 
 
 class _ExpectedSizes(TorchDispatchMode):
-    """Answers the step's data-dependent operations, which fake tensors cannot: a host read is 1, and a
-    selection (``nonzero``, indexing by a boolean mask) keeps ``MASKED_FRACTION`` of its positions."""
+    """Answers the step's data-dependent operations, which fake tensors cannot: a host read is 1; a
+    ``nonzero`` (the masked positions a loss reads) keeps ``MASKED_FRACTION`` of its positions, and a
+    later selection by a boolean mask keeps as many (the same positions: under the 2L layout the
+    mask of kept logits spans both copies, twice the positions the noise drew from), or
+    ``MASKED_FRACTION`` of its own when no ``nonzero`` came before."""
+
+    def __init__(self):
+        super().__init__()
+        self.selected = None
+
+    def _kept(self, mask: torch.Tensor) -> int:
+        if self.selected is not None and self.selected <= mask.numel():
+            return self.selected
+        return max(1, int(MASKED_FRACTION * mask.numel()))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -65,13 +80,13 @@ class _ExpectedSizes(TorchDispatchMode):
             return 1
         if func is aten.nonzero.default:
             x = args[0]
-            return torch.zeros((max(1, int(MASKED_FRACTION * x.numel())), x.dim()), dtype=torch.long, device=x.device)
+            self.selected = max(1, int(MASKED_FRACTION * x.numel()))
+            return torch.zeros((self.selected, x.dim()), dtype=torch.long, device=x.device)
         if func is aten.index.Tensor and any(i is not None and i.dtype == torch.bool for i in args[1]):
             indices = []
             for i in args[1]:
                 if i is not None and i.dtype == torch.bool:
-                    kept = max(1, int(MASKED_FRACTION * i.numel()))
-                    indices += [torch.zeros(kept, dtype=torch.long, device=i.device)] * i.dim()
+                    indices += [torch.zeros(self._kept(i), dtype=torch.long, device=i.device)] * i.dim()
                 else:
                     indices.append(i)
             return aten.index.Tensor(args[0], indices)
@@ -136,12 +151,12 @@ def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
         objective.count_parameters(model, teacher)
         if launch.activation_checkpointing:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        with FakeTensorMode(allow_non_fake_inputs=True), _ExpectedSizes():
+        with FakeTensorMode(allow_non_fake_inputs=True), _ExpectedSizes(), _sdpa_shares_kv_heads():
             shard(model, "bf16", mesh)
             model.to_empty(device="cpu")
             if teacher is not None:
                 if launch.shard_teacher:
-                    shard(teacher, "bf16", mesh)
+                    shard(teacher, "bf16", mesh, frozen=True)
                 teacher.to_empty(device="cpu")
             opt = optimizer(model, tr)
             rows, length = launch.rows * launch.gpus, tr["seq_len"]
@@ -175,12 +190,69 @@ def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
     return Traced(plan.job, launch.gpus, launch.rows, (peak["Total"] + held) / GB, parts, plan.peak_gb)
 
 
+@contextlib.contextmanager
+def _sdpa_shares_kv_heads():
+    """transformers' sdpa attention with grouped-query attention's keys and values unrepeated."""
+    before = os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA")
+    os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TRANSFORMERS_SDPA_FORCE_GQA"]
+        else:
+            os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = before
+
+
 def _local(p: torch.Tensor) -> torch.Tensor:
     return p.to_local() if hasattr(p, "to_local") else p
 
 
+def trace_gamma_search(config: dict, model_name: str) -> Traced:
+    """Peak memory of one forward of AR-MAP's gamma search on ``model_name``'s DLM, on its one GPU: the
+    fp32 merged weights, and ``min(elbo_samples, batch_size)`` masked copies of a pair of DPO's
+    ``max_length`` tokens scored by the search's own ELBO (``core.likelihood.dlm_elbo``) under bf16
+    autocast without a weight cache (``armap.gamma.scoring_precision``: here on the CPU), in the
+    attention layout of the model's AR-MAP run."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from transformers import AutoModelForCausalLM
+
+    from ..core.conventions import Conventions
+    from ..core.likelihood import dlm_elbo
+    from ..pipeline.jobs import armap_dlms
+    from ..pipeline.runs import resolve_run
+    from .one_gpu import plan_one_gpu_jobs
+
+    job = f"gamma_search/{model_name}"
+    planned = {j.job: j for j in plan_one_gpu_jobs(config)}
+    if job not in planned:
+        raise ValueError(f"{job}: the config runs no gamma search on {model_name}")
+    a = config["armap"]
+    rows, length = min(a["gamma"]["elbo_samples"], a["gamma"]["batch_size"]), a["dpo"]["max_length"]
+    run = resolve_run(config, next(d.run for d in armap_dlms(config) if d.model == model_name))
+    shape = model_shape(config["models"][model_name], config["data"]["tokenizer"].get("vocab_size"))
+    special = shape.vocab - 1
+    conv = Conventions(run["attention"], run["shift"], special, special, special, run["block_size"])
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(shape.qwen3_config(), dtype=torch.float32).eval()
+    model.set_attn_implementation("sdpa")
+    with FakeTensorMode(allow_non_fake_inputs=True), _ExpectedSizes(), _sdpa_shares_kv_heads():
+        model.to_empty(device="cpu")
+        tracker = MemTracker()
+        tracker.track_external(model)
+        with tracker, torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+            dlm_elbo(model, conv, [([0], [0] * (length - 1))], n_samples=rows, batch_size=rows)
+        peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
+    parts = {str(getattr(k, "value", k)): round(v / GB, 2) for k, v in peak.items() if v and k != "Total"}
+    return Traced(job, 1, rows, peak["Total"] / GB, parts, planned[job].peak_gb)
+
+
 def trace_job(config: dict, job: str) -> Traced:
-    """The conversion ``job`` (``model/run``) of ``config`` traced as its plan launches it."""
+    """The conversion ``job`` (``model/run``) of ``config`` traced as its plan launches it, or AR-MAP's
+    gamma search (``gamma_search/model``)."""
+    if job.startswith("gamma_search/"):
+        return trace_gamma_search(config, job.split("/", 1)[1])
     from ..pipeline.jobs import conversion_settings
 
     model, run_name = job.split("/")

@@ -33,12 +33,17 @@ def device_mesh(pg):
     return init_device_mesh(pg.device.type, (pg.world,))
 
 
-def shard(model, dtype: str, mesh) -> None:
+def shard(model, dtype: str, mesh, frozen: bool = False) -> None:
     """Shard ``model`` in place across ``mesh``: one FSDP unit per decoder layer, then the root. A
     decoder without its LM head (a teacher read for hidden states) keeps its class: transformers
     records hidden states by the model's class name, which ``fully_shard`` on the root would
-    change, so its embeddings are a unit of their own instead."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    change, so its embeddings are a unit of their own instead.
+
+    A ``frozen`` model (a teacher) is resharded after each of its forwards, every unit of it: FSDP2
+    keeps a root unit's parameters gathered after its forward for the backward pass that would
+    reshard them, and a teacher has none, so its root (and, without a head, every layer: each is a
+    root of its own) would stay gathered on every GPU for the rest of the run."""
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(
         param_dtype=torch.bfloat16 if dtype == "bf16" else torch.float32, reduce_dtype=torch.float32
@@ -46,6 +51,9 @@ def shard(model, dtype: str, mesh) -> None:
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model if hasattr(model, "lm_head") else model.embed_tokens, mesh=mesh, mp_policy=policy)
+    if frozen:
+        units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        model.register_forward_hook(lambda *_: [unit.reshard() for unit in units] and None)
 
 
 def is_sharded(model) -> bool:

@@ -134,7 +134,7 @@ def shard_models(model, teacher, dtype: str, pg: ProcessGroup, launch: dict) -> 
     mesh = device_mesh(pg)
     shard(model, dtype, mesh)
     if teacher is not None and launch.get("shard_teacher"):
-        shard(teacher, dtype, mesh)
+        shard(teacher, dtype, mesh, frozen=True)
 
 
 def manifest(
