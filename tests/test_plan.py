@@ -329,16 +329,20 @@ import json, sys
 from dataclasses import asdict
 from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.plan.trace import trace_job
-config = merge_preset({"preset": "paper", "cluster": {"gpus_per_node": int(sys.argv[2])}}, sys.argv[3])
+config = merge_preset(
+    {"preset": "paper", "cluster": {"gpus_per_node": int(sys.argv[2])}, "runs": {"opd": {"models": ["qwen3_0_6b"]}}},
+    sys.argv[3],
+)
 print(json.dumps(asdict(trace_job(config, sys.argv[1]))))
 """
 
 
-@pytest.mark.parametrize("job, gpus", [("qwen3_0_6b/mdlm", 2), ("qwen3_0_6b/ra", 8)])
+@pytest.mark.parametrize("job, gpus", [("qwen3_0_6b/mdlm", 2), ("qwen3_0_6b/ra", 8), ("qwen3_0_6b/opd", 4)])
 def test_a_step_traced_on_fake_ranks_at_the_real_shape_is_within_its_plan(job, gpus):
-    """A paper job's training step traced at the Qwen3-0.6B shape on 2 and 8 fake ranks (fake tensors, a
-    fake process group: ar2dlm.plan.trace): each rank holds its share of the fp32 parameters and twice
-    that in Adam's state, a teacher its bf16 replica, and the planner's peak is within 15% of the trace."""
+    """A paper job's training step traced at the Qwen3-0.6B shape on 2, 4 and 8 fake ranks (fake tensors,
+    a fake process group: ar2dlm.plan.trace; OPDLM's on-policy run with its rollout at its largest):
+    each rank holds its share of the fp32 parameters and twice that in Adam's state, a teacher its bf16
+    replica, and the planner's peak is within 15% of the trace."""
     proc = subprocess.run(
         [sys.executable, "-c", TRACE, job, str(gpus), str(REPO / "config")],
         capture_output=True,
@@ -356,4 +360,6 @@ def test_a_step_traced_on_fake_ranks_at_the_real_shape_is_within_its_plan(job, g
     if job.endswith("/ra"):  # the teacher read for its hidden states: the decoder alone, bf16, replicated
         decoder = QWEN3_SHAPES["Qwen/Qwen3-0.6B-Base"].decoder_params
         assert traced["parts"]["Teacher"] == pytest.approx(2 * decoder / 1e9, rel=0.02)
+    if job.endswith("/opd"):  # the distillation teacher with its head (tied: the same parameters)
+        assert traced["parts"]["Teacher"] == pytest.approx(2 * params / 1e9, rel=0.02)
     assert abs(traced["planned_gb"] / traced["peak_gb"] - 1) <= 0.15, traced

@@ -214,6 +214,7 @@ class Distillation(ComposedObjective):
 
     needs_teacher = True
     teacher_head = True
+    rollout_state = staticmethod(on_policy_state)  # the on-policy state's source (a memory trace stands in for it)
 
     def documents(self, docs: list[dict]) -> list[dict]:
         return select_documents(docs, document_selection(self.run))
@@ -228,7 +229,7 @@ class Distillation(ComposedObjective):
             row = [self.seed * 1_000_003 + i for i in mb.sample_ids()]
             picks = [torch.Generator().manual_seed(r * 2 + 1) for r in row]
             counts = {}
-            batch = on_policy_state(
+            batch = self.rollout_state(
                 model,
                 conv,
                 prompts,
@@ -314,6 +315,20 @@ def problems(run: dict, config: dict):
             yield key, f"block size {run['block_size']} does not divide the rollout length {length}"
 
 
+def longest_rollout(distill: dict, block_size: int) -> int:
+    """The longest rollout of a run: its fixed length, or its curriculum's end."""
+    c = distill["curriculum"]
+    return distill["rollout_length"] if not c else max(block_size, c["max_length"] // block_size * block_size)
+
+
+def canvas(run: dict) -> int:
+    """The longest row an on-policy step trains on: a prompt (up to a row of ``seq_len`` less one
+    token: ``data.token_rows.document_rows``) and the longest rollout after it. Off-policy rows are
+    cut from a row of ``seq_len``."""
+    d, seq_len = run["distill"], run["training"]["seq_len"]
+    return seq_len - 1 + longest_rollout(d, run["block_size"]) if d["on_policy"] else seq_len
+
+
 def memory(sz) -> dict[str, float]:
     """The teacher's logits at the masked positions; on-policy over several GPUs, the student
     gathered whole to decode its rollouts, with its KV cache (a phase apart from the step)."""
@@ -355,5 +370,6 @@ TERM = Term(
     memory=memory,
     decode_seconds=decode_seconds,
     training_data=training_data,
+    positions=canvas,
     description="OPDLM: distil the frozen AR teacher into the student on its own decoding states",
 )

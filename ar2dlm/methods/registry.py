@@ -155,6 +155,12 @@ def active_parts(run: dict) -> list[Part]:
     return [method(run["method"]), *(t for t in present(run) if t.active(run))]
 
 
+def step_length(run: dict) -> int:
+    """The longest row a step of the run trains on: ``training.seq_len``, or longer where a part says
+    so (``Part.positions``)."""
+    return max([run["training"]["seq_len"], *(p.positions(run) for p in active_parts(run) if p.positions)])
+
+
 def teacher_of(run: dict) -> tuple[bool, bool]:
     """(reads a frozen teacher, reads its logits) of a run's objective and added terms."""
     c = compose(run)

@@ -59,7 +59,8 @@ class Part:
     ``decode_seconds(shape, run, launch, cluster)``: seconds per step that memory bandwidth bounds
     rather than FLOPs (an on-policy rollout). ``training_data(run, prompt_sets)``: of the part that
     gives a run its objective, the (source, selection) of its token rows (``layout.token_rows_dir``);
-    None: the run's ``data`` cut, every document."""
+    None: the run's ``data`` cut, every document. ``positions(run)``: the longest row a step trains
+    on when it can exceed ``training.seq_len`` (an on-policy rollout after its prompt); None: it cannot."""
 
     defaults: dict = field(default_factory=dict)
     description: str = ""
@@ -68,6 +69,7 @@ class Part:
     flops: Callable[[Any, dict, bool], float] = _no_flops
     decode_seconds: Callable[[Any, dict, Any, dict], float] = _no_decoding
     training_data: Callable[[dict, dict], tuple[str, str]] | None = None
+    positions: Callable[[dict], int] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

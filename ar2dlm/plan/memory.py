@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.precision import planned_dtype
-from ..methods.registry import active_parts, teacher_of
+from ..methods.registry import active_parts, step_length, teacher_of
 
 GB = 1e9
 FP32 = 4
@@ -210,7 +210,7 @@ def estimate(shape: Shape, run: dict, launch: Launch) -> dict[str, float]:
         trainable -= shape.embedding_params * (1 if shape.tied else ("embeddings" in frozen) + ("lm_head" in frozen))
     if "mlp" in frozen:
         trainable -= shape.layers * 3 * shape.hidden * shape.intermediate
-    T = tr["seq_len"]
+    T = step_length(run)  # seq_len, or an on-policy step's prompt and rollout
     seq = 2 * T if run["attention"] == "block" else T  # the 2L layout runs clean and noisy copies
     tokens = launch.rows * seq
     out: dict[str, float] = {}

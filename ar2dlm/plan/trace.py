@@ -20,7 +20,11 @@ What a trace stands in for, each the GPU route's memory:
 - values a step reads on the host (a count for the FLOP tally, Adam's step) read as 1, and
   data-dependent selections (the masked positions a loss projects to the vocabulary) take the
   expected share ``MASKED_FRACTION`` of their positions, as the planner does.
-On-policy rollouts decode data-dependent lengths and are not traced (``traceable``).
+An on-policy run's rollouts decode data-dependent lengths, so the trace stands in for them with the
+rollout phase at its largest (``_rollout_at_its_largest``): the sharded student gathered for decoding,
+the sampler's own prefill of a prompt filling a row (``seq_len`` less one token) and its KV cache
+grown to the longest rollout but one block, then the sampler's step of that last block; the training
+step then reads the whole canvas (prompt and rollout).
 """
 
 from __future__ import annotations
@@ -50,11 +54,47 @@ class Traced:
         return self.planned_gb / self.peak_gb - 1
 
 
-def traceable(run: dict) -> str | None:
-    """Why a run's step cannot be traced, or None."""
-    if (run.get("distill") or {}).get("on_policy"):
-        return "on-policy rollouts decode data-dependent lengths"
-    return None
+def _rollout_at_its_largest(prompt_len: int, after_forward):
+    """A stand-in for ``methods.distillation.on_policy_state`` with the memory of its largest moments:
+    the gathered student's prefill of ``prompt_len``-token prompts (every position's logits, as the
+    sampler computes them) and, with the KV cache grown to all but the last block of the rollout (a
+    forward that keeps one position's logits), the sampler's step of the last block. Returns the
+    state the training step reads: the prompt and the whole rollout, every response token eligible.
+    ``after_forward()`` runs after each of its forwards."""
+
+    def rollout(model, conv, prompts, length, threshold, generators, row_seeds, temperature=1.0, counts=None):
+        from ..core.diffusion import NoisedBatch
+        from ..core.sampling import CACHE_KW, _DynamicDecode
+        from ..training.sharding import gathered
+
+        rows, block = len(prompts), conv.block_size
+        model.eval()  # as the sampler decodes: transformers keeps no KV cache in training mode under checkpointing
+        with gathered(model), torch.no_grad():
+            d = _DynamicDecode(model, conv, [[0] * prompt_len] * rows, length, block, True, 0, None, None)
+            after_forward()
+            last = d.P + length - block
+            model(
+                input_ids=d.ids[:, d.P : last],
+                position_ids=d.pos[:, d.P : last],
+                attention_mask=d.mask[:, :, d.P : last, :last],
+                **{CACHE_KW: d.cache},
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            after_forward()
+            d.block_logits(last, last + block)
+            after_forward()
+        model.train()
+        if counts is not None:
+            counts["forward_tokens"] = rows * (prompt_len + length)
+        width = prompt_len + length
+        ids = torch.zeros(rows, width, dtype=torch.long)
+        response = torch.ones(rows, width, dtype=torch.bool)
+        plens = torch.full((rows,), prompt_len)
+        zeros = torch.zeros(rows, width)
+        return NoisedBatch(ids, ids.clone(), response, zeros, response, torch.ones_like(ids), plens, zeros)
+
+    return rollout
 
 
 class _ExpectedSizes(TorchDispatchMode):
@@ -123,9 +163,8 @@ def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
     from ..training.schedule import autocast
     from ..training.sharding import shard
 
-    if why := traceable(run):
-        raise ValueError(f"{plan.job}: not traced: {why}")
     launch, tr = plan.launch, run["training"]
+    on_policy = bool((run.get("distill") or {}).get("on_policy"))
     # token ids are never read for their values; the special ones need only be in the vocabulary
     special = shape.vocab - 1
     conv = Conventions(
@@ -137,6 +176,12 @@ def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
         block_size=run["block_size"],
     )
     objective = objective_for(run, conv, 0)
+    trackers = []  # the traced step's; the tracker accounts one forward per module and step: the rollout's
+    # forwards are forgotten by module (the peak is kept) before the training step's
+    if on_policy:
+        objective.rollout_state = _rollout_at_its_largest(
+            tr["seq_len"] - 1, lambda: [t.reset_mod_stats() for t in trackers]
+        )
     cfg = shape.qwen3_config()
     with fake_process_group(launch.gpus):
         mesh = init_device_mesh("cpu", (launch.gpus,))
@@ -158,6 +203,7 @@ def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
                 if launch.shard_teacher:
                     shard(teacher, "bf16", mesh, frozen=True)
                 teacher.to_empty(device="cpu")
+                teacher.tie_weights()  # to_empty gives each module its own tensor: a tied head shares the embeddings'
             opt = optimizer(model, tr)
             rows, length = launch.rows * launch.gpus, tr["seq_len"]
             ids = torch.zeros(rows, length, dtype=torch.long)
@@ -173,13 +219,15 @@ def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
 
             def step():
                 with autocast("bf16", "cpu"):
-                    terms = objective.terms(model, teacher, mb, 0, generator)
+                    # the last step: a curriculum's longest rollout
+                    terms = objective.terms(model, teacher, mb, tr["steps"] - 1, generator)
                 sum(terms.values()).backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
 
             step()  # creates the optimizer state the traced step holds
             tracker = FSDPMemTracker(model, opt)
+            trackers.append(tracker)
             with tracker:
                 step()
             peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
@@ -239,6 +287,7 @@ def trace_gamma_search(config: dict, model_name: str) -> Traced:
     model.set_attn_implementation("sdpa")
     with FakeTensorMode(allow_non_fake_inputs=True), _ExpectedSizes(), _sdpa_shares_kv_heads():
         model.to_empty(device="cpu")
+        model.tie_weights()  # to_empty gives each module its own tensor: a tied head shares the embeddings'
         tracker = MemTracker()
         tracker.track_external(model)
         with tracker, torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
