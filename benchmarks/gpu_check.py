@@ -427,14 +427,35 @@ def train_family(ctx: Context, family: str, reference: float | str | None) -> No
     check_training(ctx, family, info, out, run, reference)
 
 
+def rollout_token_bounds(run: dict, trained_tokens: int) -> tuple[int, int]:
+    """Positions an on-policy step's rollouts run through the student, at least and at most: every
+    prompt and generated token once (the step's trained tokens), and at most each row's prompt (up to
+    a row, ``seq_len`` - 1) prefilled once and, per block of ``block_size``, one step per token, each
+    running the block and the first one the finished block before it (``core.sampling.generate_dlm``)."""
+    tr, block = run["training"], run["block_size"]
+    length = run["distill"]["rollout_length"]
+    return trained_tokens, tr["batch_size"] * (tr["seq_len"] - 1 + length * (1 + block))
+
+
 def check_rollouts(ctx: Context) -> None:
-    log = run_log(ctx.need("run:opdlm")[1])
-    rollout = [r["flops_rollout"] for r in log]
+    run, out = ctx.need("run:opdlm")
+    log = run_log(out)
+    params = sum(t.numel() for t in final_weights(out).values())  # tied weights once, as the FLOP count
+    # the rollout FLOPs the trainer logs are 2 x parameters x positions run through the student
+    bounds = [rollout_token_bounds(run, r["tokens"]) for r in log]
+    positions = ctx.perturb(
+        "on_policy_rollouts",
+        [r["flops_rollout"] / (2 * params) for r in log],
+        altered=lambda ps: [p + hi for p, (_, hi) in zip(ps, bounds)],  # a count that runs past the bound
+    )
+    ok = all(lo <= p <= hi for p, (lo, hi) in zip(positions, bounds)) and all(math.isfinite(r["distill"]) for r in log)
     ctx.expect(
         "on_policy_rollouts",
-        all(f > 0 for f in rollout) and all(math.isfinite(r["distill"]) for r in log),
-        f"{len(log)} steps, rollout forwards {min(rollout):.3g}-{max(rollout):.3g} FLOPs per step",
-        "every opdlm step decodes rollouts with the student (rollout FLOPs > 0) and its distill term is finite",
+        ok,
+        f"{len(log)} steps, rollout positions per step "
+        + ", ".join(f"{p:.0f} in [{lo}, {hi}]" for p, (lo, hi) in zip(positions, bounds)),
+        "each opdlm step's rollout FLOPs / (2 x parameters) within the positions its sampler can run "
+        "(its prompts and tokens once; at most block_size steps a block), and its distill term finite",
     )
 
 
@@ -1025,9 +1046,10 @@ def stages(device: str, quick: bool) -> list[Stage]:
     ]
 
 
-# Checks whose pass compares no value --inject-failure can alter: finiteness, movement and bounds only
-# (an on-policy run's own losses and rollout FLOPs above 0, the whole check's time)
-COMPARES_NO_VALUE = ("train_opdlm", "on_policy_rollouts", "wall_time")
+# Checks whose pass compares no value --inject-failure can alter: finiteness and movement only (an
+# on-policy run's losses: its rollouts sample in bf16 on the GPU, so no fp32 CPU run draws the same
+# tokens to give a first loss to compare; the whole check's time)
+COMPARES_NO_VALUE = ("train_opdlm", "wall_time")
 DPO_FIRST_LOSS_TOL = 1e-3  # |first DPO loss - log 2|: bf16 scores of two identical models agree exactly
 
 
@@ -1122,7 +1144,7 @@ def parse_args(argv=None):
         "--inject-failure",
         metavar="CHECK",
         help="alter what CHECK compares, to show that it fails: a check that compares values (train_* "
-        "but opdlm, resume_*, two_process_*, decode_*, gamma_point, flex_vs_dense_*, "
+        "but opdlm, on_policy_rollouts, resume_*, two_process_*, decode_*, gamma_point, flex_vs_dense_*, "
         "memory_*), or `all`: every one of them at once (the JSON lists those altered)",
     )
     return ap.parse_args(argv)
