@@ -17,11 +17,14 @@ Two measurements, each over ``--tokens`` tokens, packed as the stream is:
   reads the documents and hands chunks to W worker processes), the rate per worker = the total / W.
 Run it on an otherwise idle machine with at least W free cores: the planner's constant
 (``ar2dlm.plan.tokenize.TOKENS_PER_SECOND``) is meant to be the low end of the per-worker rate.
+It also prints the peak resident memory of this (reading) process and of the largest worker, against
+the memory the planner asks for each (``JOB_MEMORY_MB``, ``WORKER_MEMORY_MB``).
 """
 
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -91,7 +94,7 @@ def main(argv=None) -> int:
     import yaml
 
     from ar2dlm.pipeline.config import merge_preset
-    from ar2dlm.plan.tokenize import TOKENS_PER_SECOND, plan_tokenize
+    from ar2dlm.plan.tokenize import JOB_MEMORY_MB, TOKENS_PER_SECOND, WORKER_MEMORY_MB, plan_tokenize
 
     config = merge_preset(yaml.safe_load(Path(args.configfile).read_text()), REPO / "config")
     plan = plan_tokenize(config, "stream", "documents", config["training"]["seq_len"])
@@ -103,6 +106,9 @@ def main(argv=None) -> int:
         n1, s1 = one_process(docs, tokenizer)
         nw, sw = with_workers(docs, folder, workers)
     single, per_worker = n1 / s1, nw / sw / workers
+    # peak resident sets (KB on Linux): this process, and the largest of its finished workers
+    reader_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    worker_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     hours = plan.tokens / (plan.shards * plan.workers * per_worker) / 3600
     result = {
         "text": args.corpus or "stdlib",
@@ -118,6 +124,10 @@ def main(argv=None) -> int:
         "workers_per_job": plan.workers,
         "planned_hours": round(plan.hours, 2),
         "measured_hours": round(hours, 2),
+        "reader_peak_mb": round(reader_mb),
+        "planned_reader_mb": JOB_MEMORY_MB,
+        "worker_peak_mb": round(worker_mb),
+        "planned_worker_mb": WORKER_MEMORY_MB,
     }
     print(f"{n1} tokens of {result['text']} ({passes:.2f} passes over the text), {os.cpu_count()} CPUs\n")
     print("| measurement | tokens/s per worker |\n|---|---|")
@@ -126,6 +136,11 @@ def main(argv=None) -> int:
     print(
         f"\n{plan.tokens / 1e9:g}B-token stream: {plan.shards} shard jobs x {plan.workers} workers: "
         f"{hours:.1f} h at the measured rate ({plan.hours:.1f} h planned; goal at most 12 h)"
+    )
+    print(
+        f"peak memory: the reading process {reader_mb:,.0f} MB (planned {JOB_MEMORY_MB:,} MB; it also held the "
+        f"text and the one-process measurement), the largest worker {worker_mb:,.0f} MB "
+        f"(planned {WORKER_MEMORY_MB:,} MB)"
     )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
