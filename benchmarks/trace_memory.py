@@ -4,9 +4,10 @@ against the memory planner's estimate (``ar2dlm.plan.trace``):
     python benchmarks/trace_memory.py [--configfile config/presets/paper.yaml] [--jobs qwen3_0_6b/mdlm ...]
         [--out results/bench/trace_memory.json]
 
-Prints, per job (every conversion, and AR-MAP's gamma search on each model), the launch, rank 0's
-traced peak by part, the plan's estimate and its error, and the headroom the larger of the two leaves
-on the config's GPU; jobs whose step cannot be traced are listed with why.
+Prints, per job (every conversion, and AR-MAP's gamma search and one-GPU DPO on each model: TRL's
+trainer, the teacher's and the DLM's), the launch, rank 0's traced peak by part, the plan's estimate
+and its error, and the headroom the larger of the two leaves on the config's GPU; jobs whose step
+cannot be traced are listed with why.
 Each trace runs in a process of its own (a process group per world size), one after another.
 """
 
@@ -57,8 +58,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     config = checked_config(read_config_file(args.configfile), REPO / "config")
     plans = {p.job: p for p in plan_jobs(config)}
-    gamma = {j.job: j for j in plan_one_gpu_jobs(config) if j.job.startswith("gamma_search/")}
-    jobs = args.jobs or [*plans, *gamma]
+    # AR-MAP's one-GPU jobs with a training or scoring step: the gamma search, DPO through TRL
+    armap = [
+        j.job
+        for j in plan_one_gpu_jobs(config)
+        if j.job.startswith("gamma_search/") or (j.job.startswith(("dpo_teacher/", "dlm_dpo/")) and j.gpus == 1)
+    ]
+    jobs = args.jobs or [*plans, *armap]
     gpu_gb = config["cluster"]["gpu_memory_gb"]
     rows, skipped = [], []
     for job in jobs:

@@ -363,3 +363,24 @@ def test_a_step_traced_on_fake_ranks_at_the_real_shape_is_within_its_plan(job, g
     if job.endswith("/opd"):  # the distillation teacher with its head (tied: the same parameters)
         assert traced["parts"]["Teacher"] == pytest.approx(2 * params / 1e9, rel=0.02)
     assert abs(traced["planned_gb"] / traced["peak_gb"] - 1) <= 0.15, traced
+
+
+def test_a_dpo_step_through_trl_traced_at_the_real_shape_is_within_its_plan():
+    """AR-MAP's LoRA DPO of the paper preset on the DLM (TRL's DPOTrainer with the project's ELBO
+    scoring; the teacher's plain DPOTrainer is in benchmarks/trace_memory.py) traced at the 4B shape
+    with fake tensors: the frozen bf16 weights are all there, and the planner's peak is within 15% of
+    the trace."""
+    job = "dlm_dpo/qwen3_4b"
+    script = (
+        "import json, sys\nfrom dataclasses import asdict\nfrom ar2dlm.pipeline.config import merge_preset\n"
+        "from ar2dlm.plan.trace import trace_job\n"
+        "print(json.dumps(asdict(trace_job(merge_preset({'preset': 'paper'}, sys.argv[2]), sys.argv[1]))))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, job, str(REPO / "config")], capture_output=True, text=True, timeout=900, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    traced = json.loads(proc.stdout.strip().splitlines()[-1])
+    weights = 2 * QWEN3_SHAPES["Qwen/Qwen3-4B-Base"].params / 1e9  # bf16, tied head once
+    assert traced["parts"]["Parameter"] == pytest.approx(weights, rel=0.1)  # and the LoRA adapters
+    assert abs(traced["planned_gb"] / traced["peak_gb"] - 1) <= 0.15, traced

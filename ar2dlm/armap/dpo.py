@@ -55,11 +55,12 @@ def checkpoint_every(cfg: dict) -> int:
     return cfg.get("checkpoint_every") or cfg["steps"]
 
 
-def _training_args(cfg: dict, seed: int, output_dir: str) -> dict:
+def _training_args(cfg: dict, seed: int, output_dir: str, gpu: bool | None = None) -> dict:
     """The TrainingArguments both TRL trainers (DPO, CPO for SimPO) take from a section of the
-    config: fp32 on CPU, bf16 on GPU; ``batch_size`` split into ``grad_accum`` micro-batches; a
-    resumable checkpoint every ``checkpoint_every`` steps (the last one kept)."""
-    gpu = torch.cuda.is_available()
+    config: fp32 on CPU, bf16 on GPU (``gpu``: the GPU's settings; default, whether this machine has
+    one: a memory trace asks for them on the CPU); ``batch_size`` split into ``grad_accum``
+    micro-batches; a resumable checkpoint every ``checkpoint_every`` steps (the last one kept)."""
+    gpu = torch.cuda.is_available() if gpu is None else gpu
     accum = cfg.get("grad_accum", 1)
     return dict(
         output_dir=output_dir,
@@ -78,20 +79,22 @@ def _training_args(cfg: dict, seed: int, output_dir: str) -> dict:
         save_total_limit=1,
         eval_strategy="no",
         report_to=[],
-        use_cpu=not gpu,
+        use_cpu=not torch.cuda.is_available(),
         bf16=gpu,
         seed=seed,
         data_seed=seed,
     )
 
 
-def dpo_args(cfg: dict, seed: int, output_dir: str, precompute_ref: bool = False):
-    """TRL's DPOConfig from a dpo section of the config (gradient checkpointing on GPU)."""
+def dpo_args(cfg: dict, seed: int, output_dir: str, precompute_ref: bool = False, gpu: bool | None = None):
+    """TRL's DPOConfig from a dpo section of the config (gradient checkpointing on GPU; ``gpu`` as
+    ``_training_args``)."""
     from trl import DPOConfig
 
+    gpu = torch.cuda.is_available() if gpu is None else gpu
     return DPOConfig(
-        **_training_args(cfg, seed, output_dir),
-        activation_checkpointing=torch.cuda.is_available(),
+        **_training_args(cfg, seed, output_dir, gpu),
+        activation_checkpointing=gpu,
         precompute_ref_log_probs=precompute_ref,
     )
 

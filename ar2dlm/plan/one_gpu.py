@@ -124,10 +124,11 @@ def dpo_parts(shape: Shape, cfg: dict, diffusion: bool, two_copy: bool = False) 
     )
     if diffusion:  # the reference's forward (no gradients) runs beside the policy's kept state
         out["activations"] += layer_transient(shape, tokens, BF16)
-    # a DLM's ELBO keeps each forward's logits at masked positions and one gradient of them (and the
-    # reference's); TRL's fused head scores a causal model in chunks
+    # a DLM's ELBO keeps each forward's logits at masked positions and one gradient of them (the
+    # reference's, without gradients, are spent before; ar2dlm.plan.trace.trace_dpo); TRL's fused head
+    # scores a causal model in chunks
     scored = rows * cfg["max_length"] * MASKED_FRACTION
-    out["logits"] = selected_logits(shape, scored, BF16, passes + 2) if diffusion else 2 * FP32 * 1024 * shape.vocab
+    out["logits"] = selected_logits(shape, scored, BF16, passes + 1) if diffusion else 2 * FP32 * 1024 * shape.vocab
     return out
 
 

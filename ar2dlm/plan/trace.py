@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from dataclasses import dataclass
 
 import torch
@@ -297,11 +298,123 @@ def trace_gamma_search(config: dict, model_name: str) -> Traced:
     return Traced(job, 1, rows, peak["Total"] / GB, parts, planned[job].peak_gb)
 
 
+class _Untracked:
+    """A gradient hook handle that is not there (see ``_plain_tracker``)."""
+
+    def remove(self) -> None:
+        pass
+
+
+def _plain_tracker(model, optimizer):
+    """torch's ``MemTracker`` over ``model`` and ``optimizer`` counting tensors only, without its module
+    accounting, which allows one forward per module and step (DPO's policy and reference forwards run
+    the same modules) and hooks every parameter's gradient, frozen ones too (``register_hook``
+    refuses them: LoRA's frozen base weights)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    for p in model.parameters():
+        if not p.requires_grad:
+            tracker._param_to_grad_hook_handles[p] = (_Untracked(), _Untracked())
+    tracker.track_external(model, optimizer)
+    for hook in ("_pre_fw_hook", "_post_fw_hook", "_pre_bw_hook", "_post_bw_hook"):
+        setattr(tracker, hook, lambda *args, **kwargs: None)
+    return tracker
+
+
+def trace_dpo(config: dict, job: str) -> Traced:
+    """Peak memory of one micro-batch step of an AR-MAP DPO job (``dpo_teacher/model``: TRL's DPO on
+    the AR teacher; ``dlm_dpo/model``: on the DLM, ELBO-scored) through TRL's own trainer and the
+    project's trainer class, with the GPU's settings (bf16, activation checkpointing) and the
+    config's LoRA: the model is built on the meta device, the trainer wraps it (its adapters, its
+    tokenised pairs of ``max_length`` tokens) without moving it, and it is materialised as fake
+    tensors for two steps, the second tracked."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import AutoModelForCausalLM
+
+    from ..armap import dpo
+    from ..core.conventions import Conventions
+    from ..data.standins import qwen3_tokenizer_dir
+    from ..data.tokenization import load_pretrained_tokenizer
+    from ..pipeline.jobs import armap_dlms
+    from ..pipeline.runs import resolve_run
+    from .one_gpu import plan_one_gpu_jobs
+
+    kind, model_name = job.split("/")
+    planned = {j.job: j for j in plan_one_gpu_jobs(config)}
+    if job not in planned or kind not in ("dpo_teacher", "dlm_dpo"):
+        raise ValueError(f"{job}: not a DPO job of the config")
+    if planned[job].gpus > 1:
+        raise ValueError(f"{job}: planned sharded over {planned[job].gpus} GPUs (the FSDP2 trainer), not TRL's")
+    cfg = config["armap"]["dpo" if kind == "dpo_teacher" else "dlm_dpo"]
+    shape = model_shape(config["models"][model_name], config["data"]["tokenizer"].get("vocab_size"))
+    with tempfile.TemporaryDirectory() as folder:
+        tok = load_pretrained_tokenizer(str(qwen3_tokenizer_dir()), folder)
+    words = " ".join(["word"] * cfg["max_length"])  # every pair at least max_length tokens: TRL cuts it there
+    pairs = [{"prompt": "Question:", "chosen": words, "rejected": words + " also"}] * (
+        cfg["batch_size"] // cfg.get("grad_accum", 1)
+    )
+    with torch.device("meta"):
+        dtype = torch.bfloat16 if cfg.get("lora") else torch.float32  # as dpo.train_dpo loads it on a GPU
+        model = AutoModelForCausalLM.from_config(shape.qwen3_config(), dtype=dtype)
+    model.set_attn_implementation("sdpa")
+    args = dpo.dpo_args(cfg, 0, folder, gpu=True)
+    data = dict(
+        args=args,
+        train_dataset=dpo._dataset(pairs),
+        eval_dataset=dpo._dataset(pairs),
+        processing_class=tok,
+        peft_config=dpo.lora_config(cfg.get("lora")),
+    )
+    stay = {"_move_model_to_device": lambda self, model, device: None}  # on meta until materialised
+    if kind == "dpo_teacher":
+        from trl import DPOTrainer
+
+        trainer = type("TracedDPO", (DPOTrainer,), stay)(model=model, ref_model=None, **data)
+    else:
+        run = resolve_run(config, next(d.run for d in armap_dlms(config) if d.model == model_name))
+        special = shape.vocab - 1
+        conv = Conventions(
+            run["attention"], run["shift"], special, tok.eos_token_id, tok.pad_token_id, run["block_size"]
+        )
+        elbo = dict(conventions=conv, elbo_samples=cfg["elbo_samples"], antithetic=cfg.get("antithetic", False))
+        # the masks' seed hashes the token ids' bytes, which fake tensors do not hold (the masks take their
+        # expected share of positions here anyway)
+        traced = {**stay, "_mask_seed": lambda self, ids: 0}
+        trainer = type("TracedDLMDPO", (dpo._dlm_trainer_class(),), traced)(model=model, ref_model=None, **data, **elbo)
+    batch = next(iter(trainer.get_train_dataloader()))
+    with FakeTensorMode(allow_non_fake_inputs=True), _ExpectedSizes(), _sdpa_shares_kv_heads():
+        trainer.model.to_empty(device="cpu")
+        trainer.model.get_base_model().tie_weights()  # to_empty gives each module its own tensor
+        trainer.create_optimizer()
+        trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
+        if args.activation_checkpointing:  # what the trainer's train() turns on before its first step
+            trainer.model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs=dict(args.activation_checkpointing_kwargs or {}) or None
+            )
+
+        def step():
+            trainer.training_step(trainer.model, batch)
+            trainer.optimizer.step()
+            trainer.optimizer.zero_grad(set_to_none=True)
+
+        step()  # creates the optimizer state the traced step holds
+        tracker = _plain_tracker(trainer.model, trainer.optimizer)
+        with tracker:
+            step()
+        peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
+    parts = {str(getattr(k, "value", k)): round(v / GB, 2) for k, v in peak.items() if v and k != "Total"}
+    rows = 2 * len(pairs)  # chosen and rejected
+    return Traced(job, 1, rows, peak["Total"] / GB, parts, planned[job].peak_gb)
+
+
 def trace_job(config: dict, job: str) -> Traced:
     """The conversion ``job`` (``model/run``) of ``config`` traced as its plan launches it, or AR-MAP's
     gamma search (``gamma_search/model``)."""
     if job.startswith("gamma_search/"):
         return trace_gamma_search(config, job.split("/", 1)[1])
+    if job.startswith(("dpo_teacher/", "dlm_dpo/")):
+        return trace_dpo(config, job)
     from ..pipeline.jobs import conversion_settings
 
     model, run_name = job.split("/")
