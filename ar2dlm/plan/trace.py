@@ -329,6 +329,11 @@ def trace_dpo(config: dict, job: str) -> Traced:
     config's LoRA: the model is built on the meta device, the trainer wraps it (its adapters, its
     tokenised pairs of ``max_length`` tokens) without moving it, and it is materialised as fake
     tensors for two steps, the second tracked."""
+    with tempfile.TemporaryDirectory() as folder:  # the tokenizer's files and the trainer's output folder
+        return _trace_dpo_in(config, job, folder)
+
+
+def _trace_dpo_in(config: dict, job: str, folder: str) -> Traced:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import AutoModelForCausalLM
 
@@ -348,8 +353,7 @@ def trace_dpo(config: dict, job: str) -> Traced:
         raise ValueError(f"{job}: planned sharded over {planned[job].gpus} GPUs (the FSDP2 trainer), not TRL's")
     cfg = config["armap"]["dpo" if kind == "dpo_teacher" else "dlm_dpo"]
     shape = model_shape(config["models"][model_name], config["data"]["tokenizer"].get("vocab_size"))
-    with tempfile.TemporaryDirectory() as folder:
-        tok = load_pretrained_tokenizer(str(qwen3_tokenizer_dir()), folder)
+    tok = load_pretrained_tokenizer(str(qwen3_tokenizer_dir()), folder)
     words = " ".join(["word"] * cfg["max_length"])  # every pair at least max_length tokens: TRL cuts it there
     pairs = [{"prompt": "Question:", "chosen": words, "rejected": words + " also"}] * (
         cfg["batch_size"] // cfg.get("grad_accum", 1)
