@@ -53,7 +53,12 @@ def shard(model, dtype: str, mesh, frozen: bool = False) -> None:
     fully_shard(model if hasattr(model, "lm_head") else model.embed_tokens, mesh=mesh, mp_policy=policy)
     if frozen:
         units = [m for m in model.modules() if isinstance(m, FSDPModule)]
-        model.register_forward_hook(lambda *_: [unit.reshard() for unit in units] and None)
+
+        def reshard_all(*_):
+            for unit in units:
+                unit.reshard()
+
+        model.register_forward_hook(reshard_all)
 
 
 def is_sharded(model) -> bool:
