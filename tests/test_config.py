@@ -168,6 +168,39 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
         assert f"runtime={round(hours * 60)}" in block and "runtime" not in profile["set-resources"][rule], block
 
 
+def test_use_conda_runs_every_job_in_the_environment_file(tmp_path, standin_hub):
+    """Under ``--use-conda`` every job names ``envs/ar2dlm.yaml`` and starts the activated environment's
+    ``python``, not the submitting interpreter. Conda cannot build an environment here (no channel is
+    reachable), so a stand-in ``conda`` answers the three queries Snakemake makes before it would build
+    one, and the DAG is dry-run."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import run_snakemake
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    conda = bin_dir / "conda"
+    info = {"conda_prefix": "/opt/conda", "envs_dirs": ["/opt/conda/envs"], "platform": "linux-64"}
+    answers = {"--version": "conda 24.11.0", "info": info, "config": {"get": {"channel_priority": "strict"}}}
+    cases = "".join(f"  {k}) echo '{v if isinstance(v, str) else json.dumps(v)}';;\n" for k, v in answers.items())
+    conda.write_text(f'#!/bin/sh\ncase "$1" in\n{cases}  *) exit 1;;\nesac\n')
+    conda.chmod(0o755)
+    args = ["-n", "-p", "--use-conda", "all_tables", "--configfile", str(REPO / "config" / "presets" / "smoke.yaml")]
+    proc = run_snakemake(
+        args, tmp_path, timeout=120, hub_cache=standin_hub, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    created = re.findall(r"^Conda environment (\S+) will be created\.$", out, re.M)
+    assert [Path(p).resolve() for p in created] == [REPO / "envs" / "ar2dlm.yaml"], created
+    commands = re.findall(r"^Shell command: (.*)$", out, re.M)
+    converts = [c for c in commands if "ar2dlm.training.convert_run" in c]
+    assert converts and all(c.startswith("python -m ar2dlm.training.convert_run") for c in converts), converts[:2]
+    assert not any(sys.executable in c for c in commands)
+
+
 def test_one_figure_builds_only_what_it_needs(dry_run):
     proc = dry_run(target="results/ablations/lambda.pdf")
     assert proc.returncode == 0, proc.stderr
