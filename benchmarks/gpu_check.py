@@ -134,12 +134,16 @@ TERMS = {
 }
 # The first step's loss against fp32 on the CPU (same weights, batch and masks): bf16 autocast moved it
 # by 1.5e-4 to 5.4e-4 on a CPU (the quick sizes). It catches a device run that computes something else
-# (data, weights, dtype path); a subtly wrong mask moves a loss by less (flex: below). Not opdlm: its
-# rollouts' tokens are argmax decisions of a barely trained model, which bf16 may flip (another batch,
-# not a wrong one).
-REFERENCED = ("mdlm", "repr_align", "efficient_dlm")
+# (data, weights, dtype path); a subtly wrong mask moves a loss by less (flex: below). opdlm's first batch
+# is its rollouts, argmax decisions of the untrained student that bf16 kernels may flip (another batch of
+# the same student, not a wrong one): on a CPU bf16 moved its first loss by 1.1e-3 (quick) and 1.3e-4
+# (full sizes, 3.8955 against 3.896), so it is held to 5%, a few flipped tokens of 256, and must fall as
+# it trains: the mean loss of its last half of steps at most OPD_LOSS_FALL of its first (CPU, full sizes:
+# 0.54 in fp32, 0.66 in bf16; quick 0.10; a student that does not learn stays near 1).
+REFERENCED = ("mdlm", "repr_align", "efficient_dlm", "opdlm")
+FIRST_LOSS_TOL = {"mdlm": 1e-2, "repr_align": 1e-2, "efficient_dlm": 1e-2, "opdlm": 5e-2}
+OPD_LOSS_FALL = 0.85
 FLEX_FAMILIES = ("efficient_dlm", "mdlm")  # the 2L block mask and the bidirectional one, with padding
-FIRST_LOSS_TOL = 1e-2
 # Resume on CPU: bitwise (the trainer's promise, tests/test_trainer.py). On CUDA, bf16 with atomics in
 # some backward kernels: losses within 1% per step and the final weights within 5% of the training's own
 # change (a resume that lost the mask stream moved them by 55% and 26% at the quick sizes).
@@ -505,13 +509,20 @@ def check_training(ctx: Context, family: str, info: dict, out: Path, run: dict, 
     measured = f"{len(log)} steps, loss {log[0]['loss']:.4f} -> {log[-1]['loss']:.4f}, max |dW| {moved:.2e}, {dtype}"
     criterion = f"{steps} logged steps; loss, grad norm and {'+'.join(TERMS[family])} finite; weights moved; bf16"
     if family in REFERENCED:
-        criterion += f"; first loss within {FIRST_LOSS_TOL:g} relative of fp32 on the CPU"
+        tol = FIRST_LOSS_TOL[family]
+        criterion += f"; first loss within {tol:g} relative of fp32 on the CPU"
         if isinstance(reference, str) or reference is None:
             ok, measured = False, f"{measured}; {reference or 'no fp32 CPU reference'}"
         else:
             diff = abs(ctx.perturb(f"train_{family}", log[0]["loss"]) - reference) / abs(reference)
-            ok = ok and diff <= FIRST_LOSS_TOL
+            ok = ok and diff <= tol
             measured += f"; fp32 CPU first loss {reference:.4f} ({diff:.1e})"
+    if family == "opdlm":  # on-policy: each step's batch is its own rollouts, so the loss must fall
+        late = [r["loss"] for r in log[len(log) // 2 :]]
+        fall = sum(late) / len(late) / log[0]["loss"]
+        ok = ok and fall <= OPD_LOSS_FALL
+        criterion += f"; mean loss of the last {len(late)} steps at most {OPD_LOSS_FALL:g} of the first"
+        measured += f"; last {len(late)} steps' mean / first {fall:.2f}"
     ctx.expect(f"train_{family}", ok, measured, criterion)
 
 
@@ -1049,7 +1060,7 @@ def stages(device: str, quick: bool) -> list[Stage]:
 # Checks whose pass compares no value --inject-failure can alter: finiteness and movement only (an
 # on-policy run's losses: its rollouts sample in bf16 on the GPU, so no fp32 CPU run draws the same
 # tokens to give a first loss to compare; the whole check's time)
-COMPARES_NO_VALUE = ("train_opdlm", "wall_time")
+COMPARES_NO_VALUE = ("wall_time",)
 DPO_FIRST_LOSS_TOL = 1e-3  # |first DPO loss - log 2|: bf16 scores of two identical models agree exactly
 
 
@@ -1143,8 +1154,8 @@ def parse_args(argv=None):
     ap.add_argument(
         "--inject-failure",
         metavar="CHECK",
-        help="alter what CHECK compares, to show that it fails: a check that compares values (train_* "
-        "but opdlm, on_policy_rollouts, resume_*, two_process_*, decode_*, gamma_point, flex_vs_dense_*, "
+        help="alter what CHECK compares, to show that it fails: a check that compares values (train_*, "
+        "on_policy_rollouts, resume_*, two_process_*, decode_*, gamma_point, flex_vs_dense_*, "
         "memory_*), or `all`: every one of them at once (the JSON lists those altered)",
     )
     return ap.parse_args(argv)
