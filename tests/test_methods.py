@@ -18,7 +18,6 @@ TOY_MODULE = '''
 """A toy method: masked diffusion plus a new loss term, the mean squared last hidden state at the
 masked positions, times a weight."""
 from ar2dlm.methods.mdlm import Diffusion
-from ar2dlm.methods.registry import register
 from ar2dlm.methods.spec import Method, Term
 
 LIMIT = 10.0
@@ -49,11 +48,11 @@ def flops(shape, run, checkpointing):  # square and sum, per position of the ste
     return 2.0 * run["training"]["batch_size"] * run["training"]["seq_len"] * shape.hidden
 
 
-register(Term(key="hidden_norm", noun="a hidden-state norm penalty", defaults={"weight": 0.1}, loss=hidden_norm,
-              student_hidden=True, checks=too_heavy, memory=memory, flops=flops,
-              schema={"type": "object", "additionalProperties": False,
-                      "properties": {"weight": {"type": "number", "minimum": 0}}}))
-register(Method(name="toy", objective=Diffusion, defaults={"hidden_norm": {"weight": 0.1}}, requires=("hidden_norm",)))
+TERM = Term(key="hidden_norm", noun="a hidden-state norm penalty", defaults={"weight": 0.1}, loss=hidden_norm,
+            student_hidden=True, checks=too_heavy, memory=memory, flops=flops,
+            schema={"type": "object", "additionalProperties": False,
+                    "properties": {"weight": {"type": "number", "minimum": 0}}})
+METHOD = Method(name="toy", objective=Diffusion, defaults={"hidden_norm": {"weight": 0.1}}, requires=("hidden_norm",))
 '''
 OVERRIDE = {"methods": [TOY], "runs": {"toy": {"method": "toy", "hidden_norm": {"weight": 0.5}}}}
 
@@ -70,7 +69,8 @@ def toy(tmp_path, monkeypatch):
     for table in ("METHODS", "TERMS", "_MODULES"):
         monkeypatch.setattr(registry, table, dict(getattr(registry, table)))
     yield folder
-    sys.modules.pop(TOY, None)
+    for name in [n for n, m in sys.modules.items() if str(getattr(m, "__file__", None)).startswith(str(folder))]:
+        sys.modules.pop(name)
 
 
 def smoke_with(override: dict) -> dict:
@@ -209,15 +209,22 @@ def test_every_built_in_run_keeps_its_objective_teacher_and_planned_parts():
 
 
 def test_a_term_that_is_taken_or_incomplete_is_refused(toy):
-    from ar2dlm.methods.mdlm import Diffusion
-    from ar2dlm.methods.registry import register
-    from ar2dlm.methods.spec import Method, Term
+    """A module outside the package that defines a taken name or key, or neither a METHOD nor a TERM, is
+    refused when the config's ``methods:`` imports it."""
+    from ar2dlm.methods.registry import import_methods
+    from ar2dlm.methods.spec import Term
 
-    with pytest.raises(ValueError, match="'align' is taken"):
-        register(Term(key="align", noun="x", schema={}, loss=lambda *a: 0))
-    with pytest.raises(ValueError, match="'shift' is taken"):
-        register(Term(key="shift", noun="x", schema={}, loss=lambda *a: 0))
-    with pytest.raises(ValueError, match="'mdlm' is registered already"):
-        register(Method(name="mdlm", objective=Diffusion))
+    header = "from ar2dlm.methods.mdlm import Diffusion\nfrom ar2dlm.methods.spec import Method, Term\n"
+    for i, (body, words) in enumerate(
+        [
+            ('TERM = Term(key="align", noun="x", schema={}, loss=lambda *a: 0)', "'align' is taken"),
+            ('TERM = Term(key="shift", noun="x", schema={}, loss=lambda *a: 0)', "'shift' is taken"),
+            ('METHOD = Method(name="mdlm", objective=Diffusion)', "'mdlm' is registered already"),
+            ("LOSS = None", "defines neither METHOD nor TERM"),
+        ]
+    ):
+        (toy / f"taken_{i}.py").write_text(header + body + "\n")
+        with pytest.raises(ValueError, match=words):
+            import_methods([f"taken_{i}"])
     with pytest.raises(ValueError, match="exactly one of loss"):
         Term(key="nothing", noun="x", schema={})

@@ -41,7 +41,7 @@ import zlib
 
 import torch
 
-from ..core.diffusion import chunked_rows
+from ..core.diffusion import chunked_rows, item_seed
 from ..core.likelihood import elbo_terms
 from ..core.models import load_model, save_model
 from ..provenance import library_versions
@@ -198,7 +198,7 @@ class _ElboScoring:
 
     def _mask_seed(self, input_ids) -> int:
         content = zlib.crc32(input_ids.detach().cpu().numpy().tobytes())
-        return (self.args.seed * 1_000_003 + self.state.global_step) * 4_294_967_311 + content
+        return item_seed(self.args.seed, self.state.global_step) * 4_294_967_311 + content
 
     def _elbo(self, model, ids, valid, labels):
         """The ELBO terms of right-padded prompt + completion rows (``labels`` -100 outside the

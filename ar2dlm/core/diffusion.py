@@ -90,6 +90,12 @@ def masking_probs(valid, prompt_lens, conv: Conventions, beta: float, eps: float
     return t.pow(torch.exp(-beta * (u - 0.5))).clamp(min=eps)
 
 
+def item_seed(seed: int, index: int) -> int:
+    """The generator seed of item ``index`` (a row, a pair, a step) of a stream seeded by ``seed``:
+    distinct for every seed and index below 1,000,003 (a prime)."""
+    return seed * 1_000_003 + index
+
+
 def noise(
     clean: torch.Tensor,
     valid: torch.Tensor,

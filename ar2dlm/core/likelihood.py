@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from .conventions import Conventions
-from .diffusion import collate, forward_aligned, noise, selected_nll
+from .diffusion import collate, forward_aligned, item_seed, noise, selected_nll
 from .sampling import left_pad
 
 
@@ -96,7 +96,7 @@ def dlm_elbo(
         raise ValueError(f"n_samples must be at least 1, got {n_samples}")
     results = []
     for idx, (p, c) in enumerate(pairs):
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + idx)
+        gen = torch.Generator().manual_seed(item_seed(seed, idx))
         draws = []
         remaining = n_samples
         while remaining > 0:

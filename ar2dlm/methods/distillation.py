@@ -13,7 +13,7 @@ import torch
 
 from ..core.attention import position_ids
 from ..core.conventions import Conventions
-from ..core.diffusion import NoisedBatch, chunked_rows, forward_aligned, logits_at, noise
+from ..core.diffusion import NoisedBatch, chunked_rows, forward_aligned, item_seed, logits_at, noise
 from ..data.corpus import PROMPT_SOURCES, select_documents
 from ..training.sharding import gathered
 from .spec import ComposedObjective, StepOutputs, Term
@@ -226,7 +226,7 @@ class Distillation(ComposedObjective):
             ids, _, plens = mb.local()
             prompts = [ids[i, : int(plens[i])].tolist() for i in range(len(ids))]
             # per row, from its run-wide sample index: the tokens it samples (even seeds) and its states (odd)
-            row = [self.seed * 1_000_003 + i for i in mb.sample_ids()]
+            row = [item_seed(self.seed, i) for i in mb.sample_ids()]
             picks = [torch.Generator().manual_seed(r * 2 + 1) for r in row]
             counts = {}
             batch = self.rollout_state(

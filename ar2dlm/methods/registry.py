@@ -2,24 +2,22 @@
 own keys, the objective it trains with, the parts (method and active terms) whose checks, memory
 and FLOPs count, and the frozen teacher it reads.
 
-A module of this package registers its method or loss term by defining ``METHOD`` or ``TERM``
-(:mod:`ar2dlm.methods.spec`); adding one is that module and a preset run that uses it. A method or
-loss term written outside the package registers itself when its module is imported::
+A module registers its method or loss term by defining ``METHOD`` or ``TERM`` (or both;
+:mod:`ar2dlm.methods.spec`), and only that way: the package's own modules are read when the registry
+is imported (adding one is that module and a preset run that uses it); a module outside the package
+is read when the config names it (``methods: [my_pkg.my_term]``, importable from PYTHONPATH)::
 
     # my_pkg/my_term.py
-    from ar2dlm.methods.registry import register
     from ar2dlm.methods.spec import Term
-    register(Term(key="my_term", noun="my term", schema={...}, defaults={...}, loss=my_loss))
+    TERM = Term(key="my_term", noun="my term", schema={...}, defaults={...}, loss=my_loss)
 
-and the config names the module (``methods: [my_pkg.my_term]``, importable from PYTHONPATH). A
-resolved run records the modules its method and terms come from (``method_modules``), so a
-training job that receives only the run's settings imports them too."""
+A resolved run records the modules outside the package its method and terms come from
+(``method_modules``), so a training job that receives only the run's settings imports them too."""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -44,44 +42,52 @@ BASE = {
 RUN_KEYS = {"method", "name", "training", "models", "seeds", "method_modules"}  # set by the pipeline, not by a part
 
 
-def _built_in(kind: str) -> list:
-    """The ``METHOD`` or ``TERM`` each module of this package defines, in module-name order (the
-    order terms' memory adds up in): a module added here registers by defining one."""
-    here = [m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)])]
-    names = sorted(n for n in here if n not in ("registry", "spec"))
-    modules = [importlib.import_module(f"{__package__}.{name}") for name in names]
-    return [getattr(m, kind) for m in modules if hasattr(m, kind)]
+METHODS: dict[str, Method] = {}
+TERMS: dict[str, Term] = {}
+_MODULES: dict[tuple[str, str], str] = {}  # ("method" | "term", name) -> the module outside the package defining it
 
 
-METHODS: dict[str, Method] = {m.name: m for m in _built_in("METHOD")}
-TERMS: dict[str, Term] = {t.key: t for t in _built_in("TERM")}
-_MODULES: dict[tuple[str, str], str] = {}  # ("method" | "term", name) -> the module that registered it
-
-
-def register(spec: Method | Term, module: str | None = None) -> None:
-    """Add a method or loss term; ``module`` (default: the caller's) is what a training job imports
-    to find it. A name or key already taken is refused, and so is a term key a run already uses."""
-    module = module or sys._getframe(1).f_globals["__name__"]
+def _add(spec: Method | Term, module: str | None) -> None:
+    """Add a method or loss term; ``module`` is what a training job imports to find it (None: this
+    package's). A name or key already taken is refused, and so is a term key a run already uses."""
     if isinstance(spec, Method):
         if spec.name in METHODS:
             by = _MODULES.get(("method", spec.name), __package__)
             raise ValueError(f"method {spec.name!r} is registered already (by {by})")
         METHODS[spec.name] = spec
-        _MODULES[("method", spec.name)] = module
+        if module:
+            _MODULES[("method", spec.name)] = module
     elif isinstance(spec, Term):
         if spec.key in TERMS or spec.key in BASE or spec.key in RUN_KEYS:
             raise ValueError(f"loss term key {spec.key!r} is taken (run keys: {', '.join([*BASE, *RUN_KEYS, *TERMS])})")
         TERMS[spec.key] = spec
-        _MODULES[("term", spec.key)] = module
+        if module:
+            _MODULES[("term", spec.key)] = module
     else:
-        raise TypeError(f"register takes a Method or a Term, not {type(spec).__name__}")
+        raise TypeError(f"METHOD is a Method and TERM a Term, not {type(spec).__name__}")
+
+
+def _read(module, outside: bool) -> None:
+    """Register the ``METHOD`` and ``TERM`` ``module`` defines (a module defining neither is refused)."""
+    specs = [getattr(module, kind) for kind in ("METHOD", "TERM") if hasattr(module, kind)]
+    if not specs:
+        raise ValueError(f"module {module.__name__!r} defines neither METHOD nor TERM (ar2dlm.methods.spec)")
+    for spec in specs:
+        _add(spec, module.__name__ if outside else None)
 
 
 def import_methods(modules: Iterable[str]) -> None:
-    """Import the modules that register methods or loss terms (each once)."""
+    """Import the modules outside the package that define methods or loss terms and register them
+    (each once)."""
     for name in modules:
-        if name not in sys.modules:
-            importlib.import_module(name)
+        if name not in _MODULES.values():
+            _read(importlib.import_module(name), outside=True)
+
+
+# this package's own modules, in module-name order (the order terms' memory adds up in)
+for _name in sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)])):
+    if _name not in ("registry", "spec"):
+        _read(importlib.import_module(f"{__package__}.{_name}"), outside=False)
 
 
 class SettingsError(ValueError):

@@ -67,8 +67,8 @@ def merge_preset(config: dict, config_dir: str | Path) -> dict:
 
 
 def import_config_methods(config: dict) -> None:
-    """Import the modules the config's ``methods:`` names, which register methods and loss terms
-    (``ar2dlm.methods.registry.register``); a module that does not import is named by its key."""
+    """Import and register the modules the config's ``methods:`` names (each defines ``METHOD`` or
+    ``TERM``); a module that does not import or defines neither is named by its key."""
     from ..methods.registry import import_methods
 
     modules = config.get("methods", [])
