@@ -54,58 +54,28 @@ def timed_run(run, teacher, corpus, steps, skip, work: Path, launch: dict, pg) -
     }
 
 
-def gpu_mfu(config, steps: int = 20, peak_tflops: float = 989.0):
-    """bf16 tokens/s and MFU of a random Qwen3-0.6B-shaped model at length 2048 (CUDA only)."""
-    from transformers import Qwen3ForCausalLM
+def gpu_mfu(config, rows: int = 4, seq: int = 2048, peak_tflops: float = 989.0) -> dict:
+    """bf16 tokens/s and MFU of a randomly initialised Qwen3-0.6B-shaped model at length ``seq``, for
+    the baseline and aligned runs (CUDA only): ``benchmarks/gpu_step.py``'s step, with the run's own
+    objective and activation checkpointing, the planner's FLOPs and memory beside it."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from gpu_step import step_case
 
-    from ar2dlm.core.conventions import Conventions
     from ar2dlm.plan.memory import QWEN3_SHAPES
-    from ar2dlm.training.objectives import diffusion_terms
 
-    cfg = QWEN3_SHAPES["Qwen/Qwen3-0.6B-Base"].qwen3_config(max_position_embeddings=4096)
+    shape = QWEN3_SHAPES["Qwen/Qwen3-0.6B-Base"]
     out = {}
     for name in (config["bench"]["train_runs"]["baseline"], config["bench"]["train_runs"]["aligned"]):
         run = resolve_run(config, name)
-        torch.manual_seed(0)
-        model = Qwen3ForCausalLM(cfg).cuda()
-        teacher = Qwen3ForCausalLM(cfg).cuda().eval().requires_grad_(False) if run["align"] else None
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-        conv = Conventions(
-            attention=run["attention"],
-            shift=run["shift"],
-            mask_token_id=151669,
-            eos_token_id=151643,
-            pad_token_id=151643,
-            block_size=run["block_size"],
-        )
-        B, T = 4, 2048
-        ids = torch.randint(0, 151000, (B, T), device="cuda")
-        valid, plens = torch.ones_like(ids), torch.zeros(B, dtype=torch.long, device="cuda")
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        times = []
-        for _ in range(steps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = sum(diffusion_terms(model, teacher, run, conv, ids, valid, plens, gen).values())
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / 1000)
-        step_s = statistics.median(times[3:])
-        n = sum(p.numel() for p in model.parameters())
-        flops = 6 * n * B * T + 12 * cfg.num_hidden_layers * cfg.hidden_size * B * T * T  # + teacher fwd if aligned
-        if teacher is not None:
-            flops += 2 * n * B * T
+        run["training"].update({"seq_len": seq, "batch_size": rows, "grad_accum": 1, "activation_checkpointing": True})
+        r = step_case(shape, run, rows, seq, "flex_attention", steps=20)
         out[name] = {
-            "tokens_per_s": round(B * T / step_s),
-            "step_s": round(step_s, 4),
-            "mfu": round(flops / step_s / (peak_tflops * 1e12), 4),
-            "params": n,
+            "tokens_per_s": round(r["tokens_per_s"]),
+            "step_s": round(r["step_s"], 4),
+            "mfu": round(r["tflops"] / peak_tflops, 4),
+            "peak_gb": round(r["peak_gb"], 2),
+            "planner_gb": round(r["planner_gb"], 2),
         }
-        del model, teacher, opt
         torch.cuda.empty_cache()
     return out
 
