@@ -950,8 +950,8 @@ def flex_against_dense(ctx: Context, family: str) -> tuple[float, float, float]:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from ar2dlm.methods.registry import objective_for
     from ar2dlm.training.data import MicroBatch
-    from ar2dlm.training.objectives import objective_for
     from ar2dlm.training.trainer import run_conventions
 
     run, tok = run_settings(ctx, family, "fp32"), ctx.need("tokenizer")

@@ -30,9 +30,9 @@ def build(shape, attn: str, dtype=torch.float32):
 
 def step_case(shape, run, rows, seq, attn, steps=4):
     from ar2dlm.core.conventions import Conventions
+    from ar2dlm.methods.registry import objective_for
     from ar2dlm.plan.memory import Launch, estimate, peak, step_flops
     from ar2dlm.training.data import MicroBatch
-    from ar2dlm.training.objectives import objective_for
 
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()

@@ -130,8 +130,8 @@ def measure(case: dict) -> dict:
     import torch
 
     from ar2dlm.core.conventions import Conventions
+    from ar2dlm.methods.registry import objective_for
     from ar2dlm.training.data import MicroBatch
-    from ar2dlm.training.objectives import objective_for
 
     torch.set_num_threads(2)
     torch.manual_seed(0)

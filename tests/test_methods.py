@@ -182,9 +182,8 @@ def test_every_built_in_run_keeps_its_objective_teacher_and_planned_parts():
     """The registry composes what the runs of the presets always trained: their objective, the
     teacher it loads, and the parts the planner counts."""
     from ar2dlm.core.conventions import Conventions
-    from ar2dlm.methods.registry import active_parts, compose, teacher_of
+    from ar2dlm.methods.registry import active_parts, compose, objective_for, teacher_of
     from ar2dlm.pipeline.runs import resolve_run
-    from ar2dlm.training.objectives import objective_for
 
     cfg = smoke_with({})
     expected = {

@@ -552,7 +552,7 @@ def test_flops_are_counted_per_part_and_add_up_in_the_manifest(setup, tmp_path, 
     """Student forward and backward (4N + 2N_trainable per position, both copies of the 2L layout),
     the teacher's forward (2N_teacher per position) and on-policy rollouts (2N per position the
     decoding ran over), summed from the log into the manifest."""
-    from ar2dlm.training.objectives import freeze
+    from ar2dlm.training.freezing import freeze
 
     run = run_cfg(name, steps=2, checkpoint_every=2)
     info = train(setup, run, tmp_path / name)

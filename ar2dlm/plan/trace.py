@@ -159,8 +159,8 @@ def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
     from ..core.conventions import Conventions
     from ..methods.registry import objective_for
     from ..training.data import MicroBatch
+    from ..training.freezing import freeze
     from ..training.loop import optimizer
-    from ..training.objectives import freeze
     from ..training.schedule import autocast
     from ..training.sharding import shard
 

@@ -22,12 +22,13 @@ from ..core.conventions import Conventions
 from ..core.models import final_checkpoint, load_conventions
 from ..core.precision import resolve_dtype
 from ..data.token_rows import TokenRows, corpus_rows, row_layout, run_packs
+from ..methods.registry import objective_for
 from ..provenance import library_versions, read_json, read_jsonl
 from .checkpointing import Checkpoints, checkpoint_steps
 from .data import Batches
 from .distributed import ProcessGroup, barrier, process_group
+from .freezing import freeze
 from .loop import FLOP_PARTS, Loop, optimizer
-from .objectives import freeze, objective_for
 from .sharding import device_mesh, shard
 from .steplog import StepLog
 from .tracking import Tracker

@@ -1,11 +1,6 @@
-"""What the training loop asks of a run besides its loop: the module groups it freezes, and its
-objective (``objective_for``: the method registry composes it, ``ar2dlm.methods``)."""
+"""The module groups a run may freeze (``freeze:``), by Qwen3 parameter name."""
 
 from __future__ import annotations
-
-from ..methods.registry import objective_for
-
-__all__ = ["FREEZE_GROUPS", "freeze", "objective_for"]
 
 FREEZE_GROUPS = {  # Qwen3 parameter-name patterns of each module group
     "embeddings": ("model.embed_tokens.",),
