@@ -66,7 +66,10 @@ def run_case(case: str, work: Path) -> dict:
     )
     before = reset_peak_rss()  # a merge's peak is counted above the loaded fp32 model
     t0 = time.time()
-    full = lambda w: {n: w[n].float() for n in w.names()}  # noqa: E731
+
+    def full(w):
+        return {n: w[n].float() for n in w.names()}
+
     if case == "spectra_streamed":
         rows = len(streamed_spectra(ar, dpo, dlm))
     elif case == "spectra_in_memory":

@@ -130,7 +130,10 @@ def main() -> None:
 
     t0 = time.time()
     ref = scores(config, teacher, benches, a.seed, a.limit)
-    rank = (lambda m: None) if a.dlm else (lambda m: rank_accuracy(m, held, base["max_length"]))  # noqa: E731
+
+    def rank(m):
+        return None if a.dlm else rank_accuracy(m, held, base["max_length"])
+
     rows = [{"setting": a.dlm or "teacher", "reward_acc": 0.0, "rank_acc": rank(teacher)}]
     rows[0] |= ref
     settings = a.setting or (DLM_GRID if a.dlm else GRID)

@@ -94,7 +94,11 @@ def main():
             cmd += ["--rerun-incomplete"]
         t0 = time.time()
         proc = subprocess.Popen(cmd, cwd=work)
-        stop = lambda *_: proc.send_signal(signal.SIGTERM)  # noqa: E731  Snakemake stops its jobs and exits
+
+        # Snakemake stops its jobs and exits
+        def stop(*_):
+            return proc.send_signal(signal.SIGTERM)
+
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         returncode = proc.wait()

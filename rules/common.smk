@@ -155,7 +155,10 @@ def require_cached(key):
     """Fail the DAG build if the hub cache lacks an asset the config key ``key`` uses, naming every
     asset it lacks (each checked once). A dry run, which runs nothing, shows its plan and warns
     once instead: a plan is read before `snakemake prefetch` has filled the cache."""
-    cached = lambda a: _CACHED.setdefault(a, is_cached(a))  # noqa: E731
+
+    def cached(a):
+        return _CACHED.setdefault(a, is_cached(a))
+
     if all(cached(a) for a in assets_for(HUB_ASSETS, key)):
         return
     message = missing_message([a for a in HUB_ASSETS if not cached(a)])  # every missing asset at once
@@ -288,7 +291,10 @@ def dpo_resources():
     planner's host memory). None without a plan (the profile's)."""
     if not GPU_JOBS:
         return {}
-    gpus = lambda wc: GPU_JOBS[f"{dpo_kind(wc)}/{wc.model}"].gpus  # noqa: E731
+
+    def gpus(wc):
+        return GPU_JOBS[f"{dpo_kind(wc)}/{wc.model}"].gpus
+
     return {
         "gpu": gpus,
         "mem_mb": lambda wc: round(1000 * (GPU_JOBS[f"{dpo_kind(wc)}/{wc.model}"].host_gb or 64)),
@@ -352,8 +358,13 @@ def conversion_resources():
     where there is no SLURM); a multi-node job asks one srun task per GPU (``mpi``)."""
     if not PLANS:
         return {}
-    gpus = lambda wc: conversion_plan(wc).launch.gpus  # noqa: E731
-    multi = lambda wc: conversion_plan(wc).launch.nodes > 1  # noqa: E731
+
+    def gpus(wc):
+        return conversion_plan(wc).launch.gpus
+
+    def multi(wc):
+        return conversion_plan(wc).launch.nodes > 1
+
     return {
         "nodes": lambda wc: conversion_plan(wc).launch.nodes,
         "gpu": gpus,
@@ -423,7 +434,10 @@ def token_rows_resources():
     none without a ``cluster`` (the profile's)."""
     if not config.get("cluster"):
         return {}
-    tokenizes = lambda wc: token_rows_plan(wc).shards == 1 or "shard" in wc.keys()  # noqa: E731
+
+    def tokenizes(wc):
+        return token_rows_plan(wc).shards == 1 or "shard" in wc.keys()
+
     return {
         "mem_mb": lambda wc: token_rows_plan(wc).mem_mb if tokenizes(wc) else 16000,
         "runtime": lambda wc: token_rows_plan(wc).runtime_minutes if tokenizes(wc) else 240,

@@ -278,7 +278,10 @@ def test_the_seeds_sized_detect_the_papers_effect_with_80_percent_power(effect, 
 
     n = seeds_for_power(effect, sd)
     assert n is not None and n > 3
-    exact = lambda k: stats.nct.sf(stats.t.ppf(0.975, k - 1), k - 1, effect * k**0.5 / sd)  # noqa: E731
+
+    def exact(k):
+        return stats.nct.sf(stats.t.ppf(0.975, k - 1), k - 1, effect * k**0.5 / sd)
+
     assert exact(n) >= 0.8 > exact(n - 1)
     rng = np.random.default_rng(0)
     draws = 1500

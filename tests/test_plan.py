@@ -286,7 +286,10 @@ def test_armap_memory_and_time_count_the_2l_layout_and_the_configured_length():
     assert dpo_parts(shape, {**cfg, "elbo_samples": 4}, True, True)["activations"] > 1.5 * layered["activations"]
     assert dpo_step_flops(shape, cfg, True, True) > 1.8 * dpo_step_flops(shape, cfg, True, False)
     longer = {**config, "armap": {**config["armap"], "dpo": {**config["armap"]["dpo"], "max_length": 4096}}}
-    gamma = lambda c: next(j for j in plan_one_gpu_jobs(c) if j.job == "gamma_search/qwen3_8b")  # noqa: E731
+
+    def gamma(c):
+        return next(j for j in plan_one_gpu_jobs(c) if j.job == "gamma_search/qwen3_8b")
+
     assert gamma(longer).peak_gb > gamma(config).peak_gb and gamma(longer).time.hours > 2 * gamma(config).time.hours
 
 

@@ -35,7 +35,10 @@ def test_the_pipeline_timing_adds_up_the_sittings_of_a_resumed_run(tmp_path):
         "--budget-min",
         "5",
     ]
-    run = lambda *extra: subprocess.run(script + list(extra), capture_output=True, text=True, timeout=600)  # noqa: E731
+
+    def run(*extra):
+        return subprocess.run(script + list(extra), capture_output=True, text=True, timeout=600)
+
     first = run("--target", layout.suite_file("code", "eval"))
     assert first.returncode == 0, first.stderr[-2000:]
     again = run("--target", layout.tokenizer_dir())

@@ -183,7 +183,10 @@ def test_per_row_generators_draw_each_row_from_its_own_stream():
     from ar2dlm.core.sampling import sample_categorical
 
     probs = torch.softmax(torch.randn(3, 4, 50), -1)
-    gens = lambda: [torch.Generator().manual_seed(s) for s in (5, 6, 7)]  # noqa: E731
+
+    def gens():
+        return [torch.Generator().manual_seed(s) for s in (5, 6, 7)]
+
     together = sample_categorical(probs, gens())
     assert torch.equal(together[1:], sample_categorical(probs[1:], gens()[1:]))  # row 0 dropped: the others keep theirs
     assert not torch.equal(together, sample_categorical(probs, [torch.Generator().manual_seed(s) for s in (8, 9, 10)]))

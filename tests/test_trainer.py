@@ -194,7 +194,10 @@ def test_opd_targets_come_from_the_teacher_on_x0(setup):
     teacher = AutoModelForCausalLM.from_pretrained(str(setup / "teacher")).eval()
     conv = run_conventions(run, tok)
     prompts = [tok("def f(x):\n")["input_ids"], tok("Question: What is 2 + 3?\nAnswer:")["input_ids"]]
-    picks = lambda: [torch.Generator().manual_seed(i) for i in range(len(prompts))]  # noqa: E731
+
+    def picks():
+        return [torch.Generator().manual_seed(i) for i in range(len(prompts))]
+
     batch = on_policy_state(student, conv, prompts, 8, 0.9, picks(), row_seeds=[0, 2])
     # the noisy state agrees with x0 wherever it is not masked, and each block keeps some masks
     keep = ~batch.masked & (batch.noisy != conv.mask_token_id)

@@ -149,7 +149,10 @@ class _ElboOutput:
     def __init__(self, terms, logits, clean, masked):
         self.log_probs = terms[:, 1:]
         logits = logits.detach()
-        at_masked = lambda v: v.new_zeros(masked.shape).masked_scatter(masked, v)[:, 1:]  # noqa: E731
+
+        def at_masked(v):
+            return v.new_zeros(masked.shape).masked_scatter(masked, v)[:, 1:]
+
         self.entropy = at_masked(chunked_rows(_entropy, logits))  # fp32 in chunks, not an (N, V) fp32 copy
         self.mean_logits = at_masked(logits.mean(-1, dtype=torch.float32))
         self.is_top1 = at_masked(logits.argmax(-1) == clean[masked])
@@ -300,7 +303,10 @@ def train_dpo(
         kw = dict(n_samples=cfg["eval_elbo_samples"], seed=seed, max_length=cfg["max_length"])
         # scored before training, when the policy is still the reference
         refs = scored_once(work / "reference_scores.pt", lambda: reference_scores(model, conv, eval_rows, tok, **kw))
-        score = lambda m: reward_accuracy(m, conv, eval_rows, tok, refs, beta=cfg["beta"], **kw)  # noqa: E731
+
+        def score(m):
+            return reward_accuracy(m, conv, eval_rows, tok, refs, beta=cfg["beta"], **kw)
+
         before = scored_once(work / "accuracy_before.pt", lambda: score(model))
         trainer = make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, str(work))
         if not _train(trainer, cfg, launch or {}, t0, resume):
@@ -398,7 +404,10 @@ def pair_reward_accuracy(model, ref, tok, conv, rows: list[dict], cfg: dict, see
             model, conv, rows, tok, refs, beta=cfg["beta"], n_samples=n, seed=seed, max_length=cfg["max_length"]
         )
     wins, loses = _pairs(tok, rows, cfg["max_length"])
-    score = lambda m, pairs: torch.tensor(ar_loglikelihood(m, pairs, tok.pad_token_id))  # noqa: E731
+
+    def score(m, pairs):
+        return torch.tensor(ar_loglikelihood(m, pairs, tok.pad_token_id))
+
     margin = (score(model, wins) - score(ref, wins)) - (score(model, loses) - score(ref, loses))
     return float((cfg["beta"] * margin > 0).float().mean())
 

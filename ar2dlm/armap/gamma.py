@@ -123,7 +123,10 @@ def gamma_search(
     """The reward-accuracy curve over ``grid``; ``model`` (the DLM's architecture) is set to each
     merge ``dlm + gamma * merged(tuned - pre)`` from the folders' weights (``FolderWeights``), one
     tensor at a time, and ends at gamma_hat. Pairs are cut to ``max_length`` as DPO cut them."""
-    set_gamma = lambda gamma: stream_merge(model, dlm, tuned, pre, gamma, merge, options, seed)  # noqa: E731
+
+    def set_gamma(gamma):
+        return stream_merge(model, dlm, tuned, pre, gamma, merge, options, seed)
+
     halves = {"search": rows[0::2], "test": rows[1::2]}
     kw = dict(n_samples=n_samples, seed=seed, batch_size=batch_size, max_length=max_length)
     set_gamma(0)

@@ -180,7 +180,10 @@ def rows_source(source_path, tokenizer_dir, source: str, selection: str) -> Rows
     if str(source_path).endswith(".json"):
         manifest = read_json(source_path)
         spec = {k[len("corpus_") :]: v for k, v in manifest.items() if k.startswith("corpus_") and k != "corpus_source"}
-        docs = lambda: hub_documents(spec, manifest["seed"])  # noqa: E731
+
+        def docs():
+            return hub_documents(spec, manifest["seed"])
+
         budget, origin = manifest["stream"]["budget_tokens"], f"{spec['path']}, split {spec.get('split', 'train')}"
     else:
         docs, budget, origin = (lambda: _jsonl_documents(source_path)), None, str(source_path)

@@ -62,7 +62,10 @@ class HarnessLM(LM):
         # lm-eval convention: trailing whitespace of the context belongs to the continuation
         n = len(context) - len(context.rstrip())
         context, continuation = context[: len(context) - n], context[len(context) - n :] + continuation
-        enc = lambda s: self.tokenizer(s, add_special_tokens=False)["input_ids"] if s else []  # noqa: E731
+
+        def enc(s):
+            return self.tokenizer(s, add_special_tokens=False)["input_ids"] if s else []
+
         ctx = enc(context) or [self.conv.eos_token_id]
         return ctx, enc(continuation)
 

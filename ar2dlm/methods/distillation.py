@@ -241,7 +241,9 @@ class Distillation(ComposedObjective):
                 counts=counts,
             )
             masked = whole_batch_count(batch.masked, mb.world)
-            whole_count = lambda select: whole_batch_count(select(batch), mb.world)  # noqa: E731
+
+            def whole_count(select):
+                return whole_batch_count(select(batch), mb.world)
         else:
             keep = (position_ids(mb.valid) < mb.prompt_lens.view(-1, 1) + length) & mb.valid.bool()
             width = int(keep.sum(1).max())
@@ -250,7 +252,10 @@ class Distillation(ComposedObjective):
             )
             batch = mb.share(whole)
             masked = mb.whole_count(whole.masked)
-            whole_count = lambda select: mb.whole_count(select(whole))  # noqa: E731
+
+            def whole_count(select):
+                return mb.whole_count(select(whole))
+
         where = batch.masked
         logits, out = forward_aligned(model, batch, conv, output_hidden_states=self.student_hidden, where=where)
         targets, t_out = teacher_targets(teacher, batch, where, hidden=self.teacher_hidden)

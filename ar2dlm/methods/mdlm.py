@@ -24,8 +24,13 @@ class Diffusion(ComposedObjective):
             )
             * mb.world
         }
-        clean = lambda: teacher_forward(teacher, *mb.local()[:2], hidden=True)  # noqa: E731
-        count = lambda select: mb.whole_count(select(whole))  # noqa: E731
+
+        def clean():
+            return teacher_forward(teacher, *mb.local()[:2], hidden=True)
+
+        def count(select):
+            return mb.whole_count(select(whole))
+
         terms |= self.added_terms(StepOutputs(batch, out, clean, count), mb.world)
         tokens = batch.valid.sum()
         self._count(tokens, tokens if self.needs_teacher else 0)

@@ -42,7 +42,9 @@ def installed_names(package: str) -> tuple[str, set[str]]:
     version (building lm-eval's task index takes 15-50 s on 2 cores)."""
     from importlib.metadata import version
 
-    compute = lambda: sorted({"lm_eval": _lm_eval_tasks, "mteb": _mteb_tasks}[package]())  # noqa: E731
+    def compute():
+        return sorted({"lm_eval": _lm_eval_tasks, "mteb": _mteb_tasks}[package]())
+
     return version(package), set(cached_per_version(package, "tasks", "names", compute))
 
 

@@ -85,6 +85,10 @@ class Claim:
     quote: str | None = None  # the sentence of the paper's summary the claim tests (None: beyond the papers)
 
 
+def _mean(xs) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
 def declared_claims(config: dict) -> list[Claim]:
     """The claims the preset declares, in its order."""
     return [Claim(id=cid, **spec) for cid, spec in config.get("claims", {}).get("judged", {}).items()]
@@ -370,8 +374,8 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
                     config, b, read_json(layout.derived_eval_path(b, *d, layout.direct_name(pd_, _baseline(c))))
                 )
             )
-        mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
-        arms = {f"AR-MAP ({merge})": mean(merged), DIRECT_LABELS[_baseline(c)]: mean(direct)}
+
+        arms = {f"AR-MAP ({merge})": _mean(merged), DIRECT_LABELS[_baseline(c)]: _mean(direct)}
         read = ", ".join(sorted({f"{pd_}: {b}" for _, pd_, b in cells}))
         if below:  # a benchmark the AR teacher cannot do shows nothing of what the transfer keeps
             read += f"; left out, the AR teacher below {floor}: {', '.join(below)}"
@@ -423,7 +427,7 @@ def _bounded(config: dict, c: Claim) -> bool:
 def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str, dict[str, float]]:
     """Per-seed differences, what they measure, and each compared run's mean."""
     a, b = c.run, c.against
-    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+
     if b == BEST_OTHER:  # against the best other run of the study (by its mean over the paired seeds)
         seeds = _paired_seeds(config, spec, spec["runs"])
         means = {r: [_value(config, c, r, s) for s in seeds] for r in spec["runs"]}
@@ -431,7 +435,7 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
         return (
             [x - y for x, y in zip(means[a], means[best])],
             f"{_label(config, c)}: {a} minus the best other run ({best})",
-            {r: mean(v) for r, v in means.items()},
+            {r: _mean(v) for r, v in means.items()},
         )
     seeds = _paired_seeds(config, spec, [a] + ([] if b == TEACHER else [b]))
     va = [_value(config, c, a, s) for s in seeds]
@@ -445,7 +449,7 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
         }[c.decoding]
         + f": {a} minus {b}"
     )
-    return [x - y for x, y in zip(va, vb)], measure, {a: mean(va), b: mean(vb)}
+    return [x - y for x, y in zip(va, vb)], measure, {a: _mean(va), b: _mean(vb)}
 
 
 def effect_by_step(config: dict, c: Claim, spec: dict) -> dict[int, list[float]]:
@@ -558,7 +562,10 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
         v = Verdict(why, v.mean, v.sd, v.ci, v.p)
     if not c.armap and bounded and c.against != TEACHER and (low := teacher_below_floor(config, c)):
         v = Verdict(low, v.mean, v.sd, v.ci, v.p)
-    nan = lambda x: None if math.isnan(x) else round(x, 4)  # noqa: E731
+
+    def nan(x):
+        return None if math.isnan(x) else round(x, 4)
+
     by_step = {k: sum(d) / len(d) for k, d in curve.items()}
     row = {
         "id": c.id,
