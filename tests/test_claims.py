@@ -63,7 +63,7 @@ def tiny(tmp_path, monkeypatch):
 
 
 def test_a_claim_reads_the_runs_metric_direction_and_effect_its_config_names(tiny):
-    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import check_claims
     from ar2dlm.reporting.claims import evaluate_claims
 
     tiny["claims"]["judged"] = {
@@ -90,7 +90,7 @@ def test_a_claim_reads_the_runs_metric_direction_and_effect_its_config_names(tin
 
 def test_a_pass_at_10_claim_is_a_config_edit(tiny):
     """A claim on pass@10 names a sampled benchmark of its study and the metric; the judge reads it."""
-    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import evaluate_claims
 
@@ -112,9 +112,8 @@ def test_a_pass_at_10_claim_is_a_config_edit(tiny):
 def test_every_preset_declares_the_claims_of_its_studies(preset):
     """Each preset declares claims, each on a study it runs (or AR-MAP's searches), valid under the
     schema and the checks."""
-    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import check_claims, declared_claims
     from ar2dlm.pipeline.config import merge_preset, validate_config
-    from ar2dlm.reporting.claims import declared_claims
 
     cfg = merge_preset({"preset": preset}, REPO / "config")
     validate_config(cfg, REPO / "config" / "schema.yaml")  # the schema with the registry's methods and terms
@@ -140,7 +139,7 @@ def test_armap_claims_compare_the_merge_with_direct_dpo_and_order_the_domains_ga
     leaving out the benchmarks the AR teacher scores below the floor on; gamma_order differences the
     two domains' gamma_hat per DLM; bad domains or an unevaluated merge are named by key."""
     from ar2dlm.pipeline import layout
-    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
@@ -311,7 +310,7 @@ def test_best_other_lowest_threshold_equal_flops_and_the_teacher_floor_read_know
     threshold; equal_flops gives no verdict when the recipes' FLOPs differ by more than 15%; a
     teacher below the floor makes a claim uninformative; a relative effect is that percentage of the
     compared arm's mean."""
-    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import check_claims
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
     tiny["studies"]["efficient_dlm/tradeoff"].update(seeds=[0, 1, 2, 3], run_seeds={})
@@ -393,7 +392,7 @@ def test_fewer_than_three_seeds_say_whether_they_reproduce_the_papers_effect():
 def test_a_training_throughput_claim_reads_the_manifests_against_a_relative_effect(tiny):
     """benchmark: training reads each run's tokens over its training seconds (no evaluation, no
     teacher); a ~1.5x speed-up against the paper's ~2x (+100%) holds, noted as smaller than the paper's."""
-    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
@@ -430,7 +429,7 @@ def test_spectral_shadowing_reads_the_spectra_in_orders_of_magnitude(tiny):
     """The shadowing measure is log10 of the median over weight matrices of tau_diffusion's spectral
     norm over tau_pref's, one difference per DLM and domain, judged against one order of magnitude;
     it names no merge (the spectra come before any)."""
-    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
@@ -457,7 +456,7 @@ def test_a_claim_on_several_benchmarks_reads_the_mean_over_those_the_teacher_can
     """benchmark: [..], metric: headline: each run's score is the mean of the benchmarks' headline
     metrics (pass@1, accuracy) over those the AR teacher scores at least the floor on; the others are
     named in the measure; none left: uninformative."""
-    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
@@ -508,7 +507,7 @@ def test_a_speed_claim_reads_the_row_at_the_benchmarks_threshold_against_the_tea
     """tokens/s and tokens per step are claimable on a throughput benchmark, as numbers, not scores (no
     floor, ceiling or teacher floor); default_threshold reads the DLM's row at the benchmark's own
     threshold, lowest_threshold its most aggressive; the AR teacher writes one row (threshold None)."""
-    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import check_claims
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
     tiny["claims"]["judged"] = {
@@ -560,7 +559,7 @@ def test_a_speed_claim_reads_the_row_at_the_benchmarks_threshold_against_the_tea
 def test_transfer_against_no_vector_and_against_gamma_one_read_the_gamma_curve(tiny):
     """vs_no_transfer: held-out reward accuracy at gamma_hat minus at gamma 0 (TIES and DARE claims);
     vs_gamma_one: minus at gamma 1; a grid without the reference gamma is refused by key."""
-    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
@@ -603,7 +602,7 @@ def test_transfer_against_no_vector_and_against_gamma_one_read_the_gamma_curve(t
     ],
 )
 def test_claims_the_judge_cannot_read_are_refused_by_key(tiny, keys, where, words):
-    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import check_claims
     from ar2dlm.pipeline.config import ConfigError
 
     tiny["studies"]["repr_align/code"]["evals"].append("arith_choice")

@@ -163,7 +163,7 @@ def test_task_lookups_are_fast_and_quiet_on_a_cold_cache(tmp_path, monkeypatch, 
     import lm_eval.tasks
 
     from ar2dlm.core.hub import lm_eval_task_path
-    from ar2dlm.pipeline.checks import installed_names
+    from ar2dlm.evaluation.suite import installed_tasks
 
     def no_index(*a, **k):
         raise AssertionError("lm-eval's task index was built")
@@ -173,6 +173,6 @@ def test_task_lookups_are_fast_and_quiet_on_a_cold_cache(tmp_path, monkeypatch, 
     paths = {t: lm_eval_task_path(t) for t in ("aime24", "gpqa_diamond_zeroshot", "gsm8k", "truthfulqa_mc2")}
     for task, path in paths.items():
         assert path.endswith(".yaml") and f"task: {task}" in open(path).read()
-    _, names = installed_names("mteb")
+    _, names = installed_tasks("mteb")
     assert "SciFact" in names
     assert "currently in beta" not in "".join(capfd.readouterr())

@@ -4,14 +4,15 @@ conventions, run the benchmark, return one JSON-ready result.
 
 ``BENCHMARK_KINDS`` is the registry of kinds (the schema's ``eval.benchmarks.*.kind`` names, a test
 ties the two): how each runs, the data it reads (by name: the pipeline says where each lies), the
-metrics its tables and claims show, and whether it generates text (its generation lengths must then
-be whole decoding blocks)."""
+metrics its tables and claims show and which of them are not scores in [0, 1], whether it generates
+text (its generation lengths must then be whole decoding blocks) or runs generated programs, and the
+checks of its settings the DAG build runs."""
 
 from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -216,6 +217,122 @@ def preference_data(spec: dict) -> str:
 BENCHMARK_DATA = ("problems", "code", "math", "preferences")  # the last read as preferences:<domain>
 
 
+def installed_tasks(package: str) -> tuple[str, set[str]]:
+    """(version, names) of the tasks an installed package registers (lm-eval, mteb), cached per
+    version (building lm-eval's task index takes 15-50 s on 2 cores)."""
+    from importlib.metadata import version
+
+    from ..core.hub import cached_per_version
+
+    def compute():
+        return sorted({"lm_eval": _lm_eval_tasks, "mteb": _mteb_tasks}[package]())
+
+    return version(package), set(cached_per_version(package, "tasks", "names", compute))
+
+
+def _lm_eval_tasks() -> list[str]:
+    from lm_eval.tasks import TaskManager
+
+    return list(TaskManager().all_tasks)
+
+
+def _mteb_tasks() -> list[str]:
+    import mteb
+
+    from ..core.hub import quiet_mteb
+
+    with quiet_mteb():
+        every = mteb.get_tasks(
+            exclude_superseded=False, exclude_aggregate=False, exclude_private=False, exclude_beta=False
+        )
+    return [t.metadata.name for t in every]
+
+
+# The checks of a kind's settings (``spec``) against the config's data section, run at DAG build:
+# each yields (the key under the benchmark, the problem).
+
+
+def _check_code(spec: dict, data: dict) -> Iterator[tuple[str, str]]:
+    if spec["n_samples"] > 1 and spec["temperature"] == 0:
+        yield "temperature", f"{spec['n_samples']} samples per task need a temperature above 0"
+
+
+def _check_harness(spec: dict, data: dict) -> Iterator[tuple[str, str]]:
+    from ..core.hub import lm_eval_task_path
+
+    if spec["local"] and spec["task"] not in LOCAL_HARNESS_TASKS:
+        yield "task", f"no local task {spec['task']!r} (local tasks: {', '.join(LOCAL_HARNESS_TASKS)})"
+    if not spec["local"] and lm_eval_task_path(spec["task"]) is None:
+        v, known = installed_tasks("lm_eval")  # groups and tags too (lm-eval's whole index)
+        if spec["task"] not in known:
+            yield "task", f"{spec['task']!r} is not a task of the installed lm-eval {v} (`lm-eval ls tasks` lists them)"
+
+
+def _check_embeddings(spec: dict, data: dict) -> Iterator[tuple[str, str]]:
+    hub_tasks = [t for t in spec.get("tasks", []) if t not in LOCAL_EMBEDDING_TASKS]
+    if hub_tasks:
+        v, known = installed_tasks("mteb")
+        if unknown := [t for t in hub_tasks if t not in known]:
+            yield (
+                "tasks",
+                f"{', '.join(map(repr, unknown))} not a task of the installed mteb {v} (mteb.get_tasks() lists them)",
+            )
+
+
+def _check_reward(spec: dict, data: dict) -> Iterator[tuple[str, str]]:
+    domains = data["preferences"]["domains"]
+    if spec["domain"] not in domains:
+        yield (
+            "domain",
+            (
+                f"{spec['domain']!r} is not a key of data.preferences.domains ({', '.join(domains)}): its held-out "
+                "prompts are the benchmark's"
+            ),
+        )
+        return
+    held_out = domains[spec["domain"]].get("n_eval", data["preferences"]["n_eval"])
+    if spec.get("limit") and spec["limit"] > held_out:
+        yield (
+            "limit",
+            (
+                f"{spec['limit']} prompts asked, more than data.preferences holds for {spec['domain']} "
+                f"({held_out} held out)"
+            ),
+        )
+
+
+def _no_checks(spec: dict, data: dict) -> Iterator[tuple[str, str]]:
+    return iter(())
+
+
+# The hub repositories a kind's settings read, as (repo type, path, revision).
+
+
+def _harness_assets(spec: dict) -> Iterator[tuple[str, str, str | None]]:
+    from ..core.hub import harness_dataset
+
+    if not spec["local"]:
+        ds = harness_dataset(spec["task"])
+        yield "dataset", ds["path"], ds["revision"]
+
+
+def _embedding_assets(spec: dict) -> Iterator[tuple[str, str, str | None]]:
+    from ..core.hub import mteb_dataset
+
+    for task in spec["tasks"]:
+        if task not in LOCAL_EMBEDDING_TASKS:
+            ds = mteb_dataset(task)
+            yield "dataset", ds["path"], ds["revision"]
+
+
+def _reward_assets(spec: dict) -> Iterator[tuple[str, str, str | None]]:
+    yield "model", spec["judge"], spec.get("judge_revision")
+
+
+def _no_assets(spec: dict) -> Iterator[tuple[str, str, str | None]]:
+    return iter(())
+
+
 @dataclass(frozen=True)
 class BenchmarkKind:
     run: Callable  # (model_dir, spec, inputs, seed, benchmark name) -> (model info, result)
@@ -224,6 +341,21 @@ class BenchmarkKind:
     decoded: bool = False  # generates text with the model's sampler
     rows: bool = False  # one result row per decoding setting (tables take the best row)
     suite: str | None = None  # the data config section of the synthetic suite it reads (a limit is checked against it)
+    unbounded: tuple[str, ...] = ()  # its metrics that are not scores in [0, 1] (no floor, ceiling or mean of scores)
+    rates: tuple[str, ...] = ()  # its metrics that measure speed, not accuracy
+    sandboxed: bool = False  # runs the model's programs (in the bubblewrap sandbox)
+    scores_by_elbo: bool = False  # scores given continuations by the model's likelihood (ELBO), generating none
+    checks: Callable[[dict, dict], Iterator[tuple[str, str]]] = _no_checks  # (spec, config data) -> problems
+    hub_assets: Callable[[dict], Iterator[tuple[str, str, str | None]]] = _no_assets  # spec -> hub repositories
+    headline: Callable[[dict], str] | None = None  # spec -> its headline metric, where not the first of ``metrics``
+
+    @property
+    def scored(self) -> bool:
+        """Its headline metric is a score in [0, 1]."""
+        return self.metrics[0] not in self.unbounded
+
+    def headline_metric(self, spec: dict) -> str:
+        return self.headline(spec) if self.headline else self.metrics[0]
 
 
 BENCHMARK_KINDS = {
@@ -233,11 +365,25 @@ BENCHMARK_KINDS = {
         ("base_pass@1", "plus_pass@1", "base_pass@10", "plus_pass@10"),
         decoded=True,
         suite="code_suite",
+        sandboxed=True,
+        checks=_check_code,
     ),
     "math": BenchmarkKind(_math, lambda spec: ("math",), ("exact_match",), decoded=True, suite="math_suite"),
-    "harness": BenchmarkKind(_harness, lambda spec: ("math",) if spec["local"] else (), ("acc", "exact_match")),
+    "harness": BenchmarkKind(
+        _harness,
+        lambda spec: ("math",) if spec["local"] else (),
+        ("acc", "exact_match"),
+        scores_by_elbo=True,
+        checks=_check_harness,
+        hub_assets=_harness_assets,
+        headline=harness_metric,
+    ),
     "embeddings": BenchmarkKind(
-        _embeddings, lambda spec: ("code",) if set(LOCAL_EMBEDDING_TASKS) & set(spec["tasks"]) else (), ("main_score",)
+        _embeddings,
+        lambda spec: ("code",) if set(LOCAL_EMBEDDING_TASKS) & set(spec["tasks"]) else (),
+        ("main_score",),
+        checks=_check_embeddings,
+        hub_assets=_embedding_assets,
     ),
     "throughput": BenchmarkKind(
         _throughput,
@@ -246,15 +392,25 @@ BENCHMARK_KINDS = {
         decoded=True,
         rows=True,
         suite="code_suite",
+        unbounded=("tokens_per_step", "tokens_per_s"),
+        rates=("tokens_per_step", "tokens_per_s"),
+        sandboxed=True,
     ),
     "likelihood": BenchmarkKind(
-        _likelihood, lambda spec: ("code", "math"), ("nll_per_token_code", "nll_per_token_math")
+        _likelihood,
+        lambda spec: ("code", "math"),
+        ("nll_per_token_code", "nll_per_token_math"),
+        unbounded=("nll_per_token_code", "nll_per_token_math"),
+        scores_by_elbo=True,
     ),
     "reward": BenchmarkKind(
         _reward,
         lambda spec: (preference_data(spec),),
         ("win_rate", "mean_reward"),
         decoded=True,
+        unbounded=("mean_reward",),
+        checks=_check_reward,
+        hub_assets=_reward_assets,
     ),
 }
 

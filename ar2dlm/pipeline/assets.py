@@ -4,8 +4,8 @@ lm-eval / mteb tasks of its benchmarks read, each once, with the config keys tha
 
 from __future__ import annotations
 
-from ..core.hub import HubAsset, harness_dataset, is_hub_id, mteb_dataset
-from ..evaluation.suite import LOCAL_EMBEDDING_TASKS
+from ..core.hub import HubAsset, is_hub_id
+from ..evaluation.suite import BENCHMARK_KINDS
 
 
 def hub_assets(config: dict) -> list[HubAsset]:
@@ -30,16 +30,8 @@ def hub_assets(config: dict) -> list[HubAsset]:
     for p, spec in data["prompt_sets"].items():
         add("dataset", spec["path"], None, f"data.prompt_sets.{p}")
     for b, spec in config["eval"]["benchmarks"].items():
-        if spec["kind"] == "harness" and not spec["local"]:
-            ds = harness_dataset(spec["task"])
-            add("dataset", ds["path"], ds["revision"], f"eval.benchmarks.{b}")
-        if spec["kind"] == "reward":
-            add("model", spec["judge"], spec.get("judge_revision"), f"eval.benchmarks.{b}")
-        if spec["kind"] == "embeddings":
-            for t in spec["tasks"]:
-                if t not in LOCAL_EMBEDDING_TASKS:
-                    ds = mteb_dataset(t)
-                    add("dataset", ds["path"], ds["revision"], f"eval.benchmarks.{b}")
+        for repo_type, path, revision in BENCHMARK_KINDS[spec["kind"]].hub_assets(spec):
+            add(repo_type, path, revision, f"eval.benchmarks.{b}")
     return [HubAsset(p, t, r, tuple(keys)) for (t, p, r), keys in wanted.items()]
 
 

@@ -7,45 +7,16 @@ import glob
 import json
 from pathlib import Path
 
-from ..core.hub import cached_per_version, lm_eval_task_path
 from ..data.code_suite import split_pairings
-from ..evaluation.suite import BENCHMARK_KINDS, LOCAL_EMBEDDING_TASKS, LOCAL_HARNESS_TASKS
+from ..evaluation.suite import BENCHMARK_KINDS
 from ..methods.registry import problems, training_data
 from ..training.tracking import missing_package
-from .config import ConfigError, benchmark_settings, merge_preset, read_numbers, validate_config
-from .jobs import armap_domains, direct_objectives, study_models
+from .claims import check_claims, claim_merges
+from .config import ConfigError, merge_preset, read_numbers, validate_config
+from .jobs import armap_domains, direct_objectives
 from .runs import resolve_run
 
 SYNTHETIC_DOMAINS = {"code": "code_suite", "math": "math_suite"}  # preference domains built from a suite
-
-
-def _lm_eval_tasks() -> list[str]:
-    from lm_eval.tasks import TaskManager
-
-    return list(TaskManager().all_tasks)
-
-
-def _mteb_tasks() -> list[str]:
-    import mteb
-
-    from ..core.hub import quiet_mteb
-
-    with quiet_mteb():
-        every = mteb.get_tasks(
-            exclude_superseded=False, exclude_aggregate=False, exclude_private=False, exclude_beta=False
-        )
-    return [t.metadata.name for t in every]
-
-
-def installed_names(package: str) -> tuple[str, set[str]]:
-    """(version, names) of the tasks an installed package registers (lm-eval, mteb), cached per
-    version (building lm-eval's task index takes 15-50 s on 2 cores)."""
-    from importlib.metadata import version
-
-    def compute():
-        return sorted({"lm_eval": _lm_eval_tasks, "mteb": _mteb_tasks}[package]())
-
-    return version(package), set(cached_per_version(package, "tasks", "names", compute))
 
 
 def checked_config(config: dict, config_dir: str | Path) -> dict:
@@ -425,59 +396,21 @@ def check_local_files(config: dict) -> None:
             check_local_file(f"eval.benchmarks.{name}.path", b["path"])
 
 
-def _n_eval(data: dict, domain: str) -> int:
-    """How many held-out pairs a preference domain has (its own n_eval, else data.preferences.n_eval)."""
-    return data["preferences"]["domains"][domain].get("n_eval", data["preferences"]["n_eval"])
-
-
 def check_evals(config: dict) -> None:
-    """Every benchmark a study names exists and fits its data and the runs it evaluates."""
+    """Every benchmark fits its data (its kind's own checks too), and each a study names exists and fits
+    the runs it evaluates."""
     benches, data = config["eval"]["benchmarks"], config["data"]
     for name, b in benches.items():
         key = f"eval.benchmarks.{name}"
-        suite = BENCHMARK_KINDS[b["kind"]].suite
+        kind = BENCHMARK_KINDS[b["kind"]]
+        suite = kind.suite
         if suite and b.get("source", "suite") == "suite" and b.get("limit") and b["limit"] > data[suite]["n_eval"]:
             raise ConfigError(
                 f"{key}.limit",
                 f"{b['limit']} tasks asked, larger than their source data.{suite}.n_eval ({data[suite]['n_eval']})",
             )
-        if b["kind"] == "reward" and b["domain"] not in data["preferences"]["domains"]:
-            raise ConfigError(
-                f"{key}.domain",
-                f"{b['domain']!r} is not a key of data.preferences.domains "
-                f"({', '.join(data['preferences']['domains'])}): its held-out prompts are the benchmark's",
-            )
-        if b["kind"] == "reward" and b.get("limit") and b["limit"] > _n_eval(data, b["domain"]):
-            raise ConfigError(
-                f"{key}.limit",
-                f"{b['limit']} prompts asked, more than data.preferences holds for {b['domain']} "
-                f"({_n_eval(data, b['domain'])} held out)",
-            )
-        if b["kind"] == "harness" and b["local"] and b["task"] not in LOCAL_HARNESS_TASKS:
-            raise ConfigError(
-                f"{key}.task", f"no local task {b['task']!r} (local tasks: {', '.join(LOCAL_HARNESS_TASKS)})"
-            )
-        if b["kind"] == "harness" and not b["local"] and lm_eval_task_path(b["task"]) is None:
-            v, known = installed_names("lm_eval")  # groups and tags too (lm-eval's whole index)
-            if b["task"] not in known:
-                raise ConfigError(
-                    f"{key}.task",
-                    f"{b['task']!r} is not a task of the installed lm-eval {v} (`lm-eval ls tasks` lists them)",
-                )
-        hub_tasks = (
-            [t for t in b.get("tasks", []) if t not in LOCAL_EMBEDDING_TASKS] if b["kind"] == "embeddings" else []
-        )
-        if hub_tasks:
-            v, known = installed_names("mteb")
-            unknown = [t for t in hub_tasks if t not in known]
-            if unknown:
-                raise ConfigError(
-                    f"{key}.tasks",
-                    f"{', '.join(map(repr, unknown))} not a task of the installed "
-                    f"mteb {v} (mteb.get_tasks() lists them)",
-                )
-        if b["kind"] == "code" and b["n_samples"] > 1 and b["temperature"] == 0:
-            raise ConfigError(f"{key}.temperature", f"{b['n_samples']} samples per task need a temperature above 0")
+        for sub, problem in kind.checks(b, data):
+            raise ConfigError(f"{key}.{sub}", problem)
     for study, spec in config["studies"].items():
         for e in spec["evals"]:
             if e not in benches:
@@ -485,14 +418,16 @@ def check_evals(config: dict) -> None:
                     f"studies.{study}.evals", f"{e!r} is not a key of eval.benchmarks ({', '.join(benches)})"
                 )
             b = {**config["eval"]["decoding"], **benches[e]}
-            if not BENCHMARK_KINDS[b["kind"]].decoded:
+            kind = BENCHMARK_KINDS[b["kind"]]
+            if not kind.decoded:
                 continue
             blocks = [
                 resolve_run(config, r)["block_size"]
                 for r in spec["runs"]
                 if resolve_run(config, r)["attention"] == "block"
             ]
-            blocks += b.get("block_sizes", []) if b["kind"] == "throughput" else [b["block_size"]]
+            # a kind with a row per decoding setting sweeps its block sizes and steps per block
+            blocks += b.get("block_sizes", []) if kind.rows else [b["block_size"]]
             for bs in blocks:
                 if b["max_new_tokens"] % bs:
                     raise ConfigError(
@@ -500,7 +435,7 @@ def check_evals(config: dict) -> None:
                         f"block size {bs} (studies.{study}) does "
                         f"not divide the generation length {b['max_new_tokens']}",
                     )
-                if b["kind"] != "throughput" and (b.get("steps_per_block") or 0) > bs:
+                if not kind.rows and (b.get("steps_per_block") or 0) > bs:
                     raise ConfigError(
                         f"eval.benchmarks.{e}.steps_per_block",
                         f"{b['steps_per_block']} steps exceed the block size {bs} (studies.{study}): "
@@ -568,198 +503,10 @@ def check_armap(config: dict) -> None:
                 )
 
 
-TEACHER, BEST_OTHER = "teacher", "best_other"  # what a claim may compare with besides a run of its study
-UNBOUNDED = ("likelihood",)  # benchmark kinds whose headline metric is not a score in [0, 1]
-SPEED_METRICS = ("tokens_per_step", "tokens_per_s")  # a throughput benchmark's metrics that are not scores
-UNBOUNDED_METRICS = (*SPEED_METRICS, "mean_reward")  # metrics of scored kinds that are not in [0, 1]
-# a claim's benchmark may also be the runs' training itself (their manifests), on one of these metrics
-TRAINING, TRAINING_METRICS = "training", ("tokens_per_s",)
-HEADLINE = "headline"  # the metric of a claim on several benchmarks: each one's headline, averaged
-STUDY_CLAIM_KEYS = ("study", "run", "against", "model", "benchmark", "metric", "decoding", "equal_flops")
-
-
-def _claims(config: dict) -> dict:
-    return config.get("claims", {}).get("judged", {})
-
-
-def claim_merges(config: dict) -> set[str]:
-    """The merges whose gamma searches AR-MAP's claims read."""
-    return {c["armap"]["merge"] for c in _claims(config).values() if "merge" in c.get("armap", {})}
-
-
-def check_claims(config: dict) -> None:
-    """Every claim names what exists: a study, runs of it, a benchmark of it and a metric that
-    benchmark writes, or a merge of armap.merges."""
-    for cid, c in _claims(config).items():
-        key = f"claims.judged.{cid}"
-        if "armap" in c:
-            if extra := [k for k in STUDY_CLAIM_KEYS if k in c]:
-                raise ConfigError(
-                    f"{key}.{extra[0]}",
-                    "an AR-MAP claim (armap:) reads the gamma searches; "
-                    f"{', '.join(STUDY_CLAIM_KEYS)} are a study claim's keys",
-                )
-            check_armap_claim(config, key, c["armap"])
-            relative_ok = c["armap"]["measure"] == "merged_vs_direct"
-        else:
-            if c["study"] not in config["studies"]:
-                raise ConfigError(f"{key}.study", f"{c['study']!r} is not a key of studies")
-            check_claim_runs(config, key, c)
-            check_claim_metric(config, key, c)
-            benches = c["benchmark"] if isinstance(c["benchmark"], list) else [c["benchmark"]]
-            relative_ok = all(
-                b == TRAINING or config["eval"]["benchmarks"][b]["kind"] not in UNBOUNDED for b in benches
-            )
-        if c["effect"].get("unit") == "rel" and not relative_ok:
-            raise ConfigError(
-                f"{key}.effect.unit",
-                "rel (percent of the compared arm's mean) needs a study claim on a scored benchmark or on "
-                "training, or AR-MAP's merged_vs_direct; give the effect in the claim's measure (abs)",
-            )
-
-
-def check_armap_claim(config: dict, key: str, spec: dict) -> None:
-    """An AR-MAP claim's merge is searched (and, compared with direct DLM DPO, evaluated), and the
-    domains it orders are searched."""
-    a, merge = config["armap"], spec.get("merge")
-    if spec["measure"] == "shadowing":  # the task vectors' spectra: before any merge
-        if merge is not None:
-            raise ConfigError(f"{key}.armap.merge", "shadowing reads the task vectors' spectra, before any merge")
-        return
-    if merge is None:
-        raise ConfigError(f"{key}.armap.merge", f"{spec['measure']} reads a merge's gamma searches: name one")
-    if merge not in a["merges"]:
-        raise ConfigError(f"{key}.armap.merge", f"{merge!r} is not a key of armap.merges ({', '.join(a['merges'])})")
-    reference = {"vs_gamma_one": 1, "vs_no_transfer": 0}.get(spec["measure"])
-    if reference is not None and reference not in a["gamma"]["grid"]:
-        raise ConfigError("armap.gamma.grid", f"{key} compares with gamma {reference}, which the grid does not search")
-    if "baseline" in spec and spec["measure"] != "merged_vs_direct":
-        raise ConfigError(
-            f"{key}.armap.baseline", f"only merged_vs_direct compares with a baseline, not {spec['measure']}"
-        )
-    if spec["measure"] == "merged_vs_direct":
-        if merge not in a["eval_merges"]:
-            raise ConfigError(
-                f"{key}.armap.merge",
-                f"{merge!r} is not evaluated (armap.eval_merges: {', '.join(a['eval_merges'])}); merged_vs_direct "
-                "compares its evaluations with the directly DPO'd DLM's",
-            )
-        if not a.get("dlm_dpo_seeds", a["seeds"]):
-            raise ConfigError("armap.dlm_dpo_seeds", f"empty: {key} compares with the directly DPO'd DLM")
-        baseline = spec.get("baseline", "dpo")
-        if f"dlm_{baseline}" not in a:
-            raise ConfigError(
-                f"{key}.armap.baseline", f"{baseline!r} compares with armap.dlm_{baseline}, not configured"
-            )
-        if not any(a["evals"].get(d) for d in a["domains"]):
-            raise ConfigError("armap.evals", f"no searched domain has a benchmark: {key} compares their scores")
-    if spec["measure"] == "gamma_order":
-        for side in ("lower", "higher"):
-            if spec[side] not in a["domains"]:
-                raise ConfigError(
-                    f"{key}.armap.{side}", f"{spec[side]!r} is not one of armap.domains ({', '.join(a['domains'])})"
-                )
-        if spec["lower"] == spec["higher"]:
-            raise ConfigError(f"{key}.armap.higher", f"orders {spec['lower']!r} against itself")
-
-
-def check_claim_runs(config: dict, key: str, c: dict) -> None:
-    """The compared runs are the study's (or the teacher, or the best other run), on its model."""
-    spec = config["studies"][c["study"]]
-    runs, where = spec["runs"], f"the runs of studies.{c['study']} ({', '.join(spec['runs'])})"
-    if c["run"] not in runs:
-        raise ConfigError(f"{key}.run", f"{c['run']!r} is not one of {where}")
-    if c["against"] not in runs and c["against"] not in (TEACHER, BEST_OTHER):
-        raise ConfigError(f"{key}.against", f"{c['against']!r} is neither teacher, best_other nor one of {where}")
-    if c["against"] == BEST_OTHER and BEST_OTHER in runs:
-        raise ConfigError(f"{key}.against", f"{BEST_OTHER} is ambiguous: the study has a run of that name")
-    if c["against"] == c["run"] or (c["against"] == BEST_OTHER and len(runs) < 2):
-        raise ConfigError(f"{key}.against", f"compares {c['run']!r} with itself")
-    if c.get("equal_flops") and c["against"] == TEACHER:
-        raise ConfigError(f"{key}.equal_flops", "the AR teacher has no training FLOPs to compare")
-    models = study_models(config, spec)
-    model = c.get("model", models[0])
-    if model not in models:
-        raise ConfigError(
-            f"{key}.model", f"{model!r} is not one of the models of studies.{c['study']} ({', '.join(models)})"
-        )
-    for r in (c["run"], c["against"]):
-        if r in runs and model not in resolve_run(config, r)["models"]:
-            raise ConfigError(f"{key}.model", f"run {r!r} does not train on {model!r}")
-
-
-def check_claim_metric(config: dict, key: str, c: dict, in_list: bool = False) -> None:
-    """The claim's benchmark is one of its study's, and writes the metric it reads."""
-    study, name, metric = c["study"], c["benchmark"], c["metric"]
-    if isinstance(name, list):  # the mean over several benchmarks, each on its headline metric
-        if metric != HEADLINE:
-            raise ConfigError(f"{key}.metric", f"a claim on several benchmarks reads each one's {HEADLINE!r} metric")
-        if c.get("decoding", "best") != "best":
-            raise ConfigError(f"{key}.decoding", "a claim on several benchmarks reads each one's headline (best) row")
-        for b in name:
-            check_claim_metric(config, key, {**c, "benchmark": b}, in_list=True)
-        return
-    if metric == HEADLINE and not in_list:
-        raise ConfigError(f"{key}.metric", f"{HEADLINE!r} is the metric of a claim on a list of benchmarks")
-    if name == TRAINING:
-        if metric not in TRAINING_METRICS:
-            known = ", ".join(TRAINING_METRICS)
-            raise ConfigError(f"{key}.metric", f"{metric!r} is not a metric of training ({known})")
-        if c["against"] == TEACHER:
-            raise ConfigError(f"{key}.against", "the AR teacher has no conversion run to read training from")
-        return
-    if name not in config["studies"][study]["evals"]:
-        raise ConfigError(
-            f"{key}.benchmark",
-            f"{name!r} is not one of the evals of studies.{study} ({', '.join(config['studies'][study]['evals'])})",
-        )
-    bench = benchmark_settings(config, name)
-    kind = BENCHMARK_KINDS[bench["kind"]]
-    if metric == HEADLINE:
-        if bench["kind"] in UNBOUNDED:
-            raise ConfigError(f"{key}.benchmark", f"{name} (kind {bench['kind']}) has no score in [0, 1] to average")
-        return
-    if metric in SPEED_METRICS and c.get("decoding", "best") == "best":
-        raise ConfigError(
-            f"{key}.decoding",
-            f"{metric} of the best row is the fastest setting whatever its accuracy: read lowest_threshold or "
-            "default_threshold",
-        )
-    if metric not in kind.metrics:
-        raise ConfigError(
-            f"{key}.metric",
-            f"{metric!r} is not a metric of benchmark {name} (kind {bench['kind']}: {', '.join(kind.metrics)})",
-        )
-    k = int(metric.rsplit("@", 1)[1]) if "_pass@" in metric else 1
-    if k > bench.get("n_samples", 1):
-        raise ConfigError(
-            f"{key}.metric",
-            f"{metric} needs at least {k} samples per task; "
-            f"eval.benchmarks.{name}.n_samples is {bench.get('n_samples', 1)}",
-        )
-    if metric.startswith("plus_") and bench.get("format") != "evalplus":
-        raise ConfigError(
-            f"{key}.metric", f"{metric} needs the evalplus format; eval.benchmarks.{name} is {bench.get('format')}"
-        )
-    if c.get("decoding", "best") != "best" and not kind.rows:
-        raise ConfigError(
-            f"{key}.decoding",
-            f"benchmark {name} (kind {bench['kind']}) writes one result, not one row per decoding setting",
-        )
-    if c.get("decoding") == "default_threshold" and bench["threshold"] not in bench.get("thresholds", []):
-        raise ConfigError(
-            f"{key}.decoding",
-            f"benchmark {name} sweeps thresholds {bench.get('thresholds')}, not its own {bench['threshold']}",
-        )
-
-
-SANDBOXED_KINDS = ("code", "throughput")  # benchmark kinds that run the model's programs
-
-
 def sandbox_problem(config: dict) -> str | None:
     """One line naming what keeps the bubblewrap sandbox from starting here, and its fix, when the
     config evaluates generated code; None when it starts (or nothing needs it)."""
-    if not any(b["kind"] in SANDBOXED_KINDS for b in config["eval"]["benchmarks"].values()):
+    if not any(BENCHMARK_KINDS[b["kind"]].sandboxed for b in config["eval"]["benchmarks"].values()):
         return None
     from ..evaluation.sandbox import SandboxUnavailable, require_sandbox
 

@@ -217,7 +217,7 @@ def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
         )
         if BENCHMARK_KINDS[spec["kind"]].decoded or spec.get("max_gen_toks"):
             parts = decode_parts(shape, spec, block)
-        elif spec["kind"] in ("likelihood", "harness"):
+        elif BENCHMARK_KINDS[spec["kind"]].scores_by_elbo:
             parts = elbo_parts(shape, act, min(spec["elbo_samples"], spec["batch_size"]), PROMPT_TOKENS + 1024)
         else:  # embeddings: one forward of a batch of 512-token texts
             parts = {

@@ -38,7 +38,7 @@ import pandas as pd
 
 from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
-from ..pipeline.checks import BEST_OTHER, TEACHER, TRAINING, UNBOUNDED, UNBOUNDED_METRICS
+from ..pipeline.claims import BEST_OTHER, TEACHER, TRAINING, Claim, declared_claims
 from ..pipeline.config import benchmark_settings
 from ..pipeline.jobs import armap_dlms, dlm_dpo_seeds, study_members, study_models, study_seeds
 from ..pipeline.runs import resolve_run
@@ -64,34 +64,8 @@ VERDICT_RULE = (
 )
 
 
-@dataclass(frozen=True)
-class Claim:
-    """One entry of ``claims.judged`` (the schema describes each key)."""
-
-    id: str
-    paper: str
-    text: str
-    direction: str  # greater, not_worse or near_best
-    study: str | None = None  # None: an AR-MAP claim
-    run: str | None = None
-    against: str | None = None  # a run of the study, TEACHER or BEST_OTHER
-    model: str | None = None  # None: the study's first model
-    benchmark: str | None = None
-    metric: str | None = None
-    decoding: str = "best"  # or lowest_threshold, default_threshold (benchmarks with one row per decoding setting)
-    equal_flops: bool = False
-    effect: dict | None = None  # the paper's effect: {value, unit: abs | rel, where}
-    armap: dict | None = None  # {measure, merge[, lower, higher, baseline]}: see ARMAP_MEASURES
-    quote: str | None = None  # the sentence of the paper's summary the claim tests (None: beyond the papers)
-
-
 def _mean(xs) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
-
-
-def declared_claims(config: dict) -> list[Claim]:
-    """The claims the preset declares, in its order."""
-    return [Claim(id=cid, **spec) for cid, spec in config.get("claims", {}).get("judged", {}).items()]
 
 
 def teacher_floor(config: dict) -> float:
@@ -410,7 +384,7 @@ def _finite(ratios: pd.Series) -> pd.Series:
 
 def _bounded_benchmark(config: dict, benchmark: str) -> bool:
     """The benchmark's metrics are scores in [0, 1] (floors and ceilings apply; not training's)."""
-    return benchmark != TRAINING and config["eval"]["benchmarks"][benchmark]["kind"] not in UNBOUNDED
+    return benchmark != TRAINING and BENCHMARK_KINDS[config["eval"]["benchmarks"][benchmark]["kind"]].scored
 
 
 def _bounded(config: dict, c: Claim) -> bool:
@@ -419,9 +393,12 @@ def _bounded(config: dict, c: Claim) -> bool:
         return c.armap["measure"] == "merged_vs_direct" and all(
             _bounded_benchmark(config, b) for _, _, b in _armap_evals(config)
         )
-    if c.metric in UNBOUNDED_METRICS:
-        return False
-    return all(_bounded_benchmark(config, b) for b in (c.benchmark if isinstance(c.benchmark, list) else [c.benchmark]))
+    benches = c.benchmark if isinstance(c.benchmark, list) else [c.benchmark]
+    return all(
+        _bounded_benchmark(config, b)
+        and c.metric not in BENCHMARK_KINDS[config["eval"]["benchmarks"][b]["kind"]].unbounded
+        for b in benches
+    )
 
 
 def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str, dict[str, float]]:

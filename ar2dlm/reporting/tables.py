@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from ..evaluation.suite import BENCHMARK_KINDS, harness_metric
+from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
 from ..pipeline.jobs import conversion_corpus, conversion_settings, study_members, study_models
 from ..provenance import code_commit, read_json, settings_hash
@@ -25,7 +25,7 @@ def headline_metric(config: dict, benchmark: str) -> str:
     """A benchmark's headline metric, which the AR-MAP table compares (a claim names its own): a
     harness task's own first metric, else its kind's first table metric."""
     spec = config["eval"]["benchmarks"][benchmark]
-    return harness_metric(spec) if spec["kind"] == "harness" else BENCHMARK_KINDS[spec["kind"]].metrics[0]
+    return BENCHMARK_KINDS[spec["kind"]].headline_metric(spec)
 
 
 def headline_value(config: dict, benchmark: str, result: dict) -> float:
