@@ -310,7 +310,16 @@ BAD_CONFIGS = [
     ),
     ({"bench": {"benchmark": "arithmetic"}}, "bench.benchmark", "not a code benchmark"),
     ({"bench": {"task_prompts": 5}}, "bench.task_prompts", "5 prompts, but benchmark synthetic_code keeps 4"),
-    ({"bench": {"max_new_tokens": 100}}, "bench.max_new_tokens", "block size 8 does not divide 100"),
+    (
+        {"bench": {"max_new_tokens": 100}},
+        "bench.max_new_tokens",
+        "block size 8 does not divide the generation length 100",
+    ),
+    (
+        {"models": {"tiny": {"pretrain": {"warmup_steps": 10**6}}}},
+        "models.tiny.pretrain.warmup_steps",
+        "1000000 warm-up steps, not fewer than the run's",
+    ),
     ({"studies": {"combined": {"evals": ["vibes"]}}}, "studies.combined.evals", "'vibes' is not a key of eval"),
     (
         {"eval": {"benchmarks": {"synthetic_code": {"max_new_tokens": 12}}}},

@@ -7,6 +7,14 @@ from dataclasses import asdict, dataclass
 ATTENTION_MODES = ("causal", "bidirectional", "block")
 
 
+def block_misfit(block_size: int | None, length: int, what: str) -> str | None:
+    """Why ``block_size`` cannot tile ``length`` positions (``what``: "the sequence length", "the
+    generation length", ...), or None when it divides them: the one check of a length against a block."""
+    if block_size is None or block_size < 1:
+        return f"block size {block_size} cannot tile {what} {length}: it must be a positive integer"
+    return f"block size {block_size} does not divide {what} {length}" if length % block_size else None
+
+
 @dataclass(frozen=True)
 class Conventions:
     attention: str  # causal (AR), bidirectional, or block (block-causal with clean context)

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from transformers import DynamicCache, Qwen3ForCausalLM
 
 from .attention import attention_mask, position_ids
-from .conventions import Conventions
+from .conventions import Conventions, block_misfit
 
 # transformers 5.x renamed `past_key_values` to `cache` in model forwards.
 CACHE_KW = "cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward).parameters else "past_key_values"
@@ -133,8 +133,8 @@ def sample_categorical(probs: torch.Tensor, gen: torch.Generator | list[torch.Ge
 
 
 def check_decode_args(gen_length: int, block_size: int, threshold: float | None, steps_per_block: int | None):
-    if block_size < 1 or gen_length % block_size:
-        raise ValueError(f"block size {block_size} does not divide the generation length {gen_length}")
+    if problem := block_misfit(block_size, gen_length, "the generation length"):
+        raise ValueError(problem)
     if threshold is not None and not 0 < threshold <= 1:
         raise ValueError(f"confidence threshold {threshold} is outside (0, 1]")
     if threshold is None and not steps_per_block:

@@ -325,6 +325,29 @@ def _link(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
+def _row_table(chunks, packed: bool, need: int | None) -> tuple[dict, list, int]:
+    """The index's files ((folder, name) -> number), its table (packed: file, start, tokens per segment;
+    else file, start, length, prompt per row) and the tokens it holds: ``chunks`` in order until ``need``
+    tokens (None: all)."""
+    files: dict[tuple[Path, str], int] = {}
+    table, tokens = [], 0
+    for chunk in chunks:
+        f = files.setdefault((chunk.folder, chunk.file), len(files))
+        if packed:
+            take = chunk.tokens if need is None else min(chunk.tokens, need - tokens)
+            table.append((f, chunk.start, take))
+            tokens += take
+        else:
+            for start, length, prompt in chunk.rows.tolist():
+                if need is not None and tokens >= need:
+                    break
+                table.append((f, chunk.start + start, length, prompt))
+                tokens += length
+        if need is not None and tokens >= need:
+            break
+    return files, table, tokens
+
+
 def merge_shards(
     shard_dirs: list,
     out_dir,
@@ -348,22 +371,8 @@ def merge_shards(
     tmp.mkdir(parents=True)
     need = needed_tokens(budget_tokens, seq_len, packed)
     top_up = _TopUp(docs, tokenizer_dir, seq_len, packed, chunk_docs, tmp)
-    files: dict[tuple[Path, str], int] = {}  # (folder, name) -> number in the index's file list
-    table, tokens = [], 0
-    for chunk in _ordered_chunks([_shard_chunks(Path(d), packed) for d in shard_dirs], top_up):
-        f = files.setdefault((chunk.folder, chunk.file), len(files))
-        if packed:
-            take = chunk.tokens if need is None else min(chunk.tokens, need - tokens)
-            table.append((f, chunk.start, take))
-            tokens += take
-        else:
-            for start, length, prompt in chunk.rows.tolist():
-                if need is not None and tokens >= need:
-                    break
-                table.append((f, chunk.start + start, length, prompt))
-                tokens += length
-        if need is not None and tokens >= need:
-            break
+    chunks = _ordered_chunks([_shard_chunks(Path(d), packed) for d in shard_dirs], top_up)
+    files, table, tokens = _row_table(chunks, packed, need)
     if need is not None and tokens < need:
         raise ValueError(
             f"the {info['source']} ({info.get('origin', 'its source')}) holds only {tokens} tokens, fewer "
@@ -382,7 +391,7 @@ def merge_shards(
         )
     shard_of = {Path(d): k for k, d in enumerate(shard_dirs)}
     names = []
-    for folder, name in files:  # in the order numbered
+    for folder, name in files:  # in the order numbered: a shard's files linked in under their shard's prefix
         names.append(name if folder == tmp else f"shard{shard_of[folder]:03d}-{name}")
         if folder != tmp:
             _link(folder / name, tmp / names[-1])

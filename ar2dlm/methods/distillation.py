@@ -12,7 +12,7 @@ from functools import partial
 import torch
 
 from ..core.attention import position_ids
-from ..core.conventions import Conventions
+from ..core.conventions import Conventions, block_misfit
 from ..core.diffusion import NoisedBatch, chunked_rows, forward_aligned, item_seed, logits_at, noise
 from ..data.corpus import PROMPT_SOURCES, select_documents
 from ..training.sharding import gathered
@@ -316,8 +316,8 @@ def problems(run: dict, config: dict):
     if not lengths:
         yield f"{key}.rollout_length", "on- and off-policy distillation need a rollout length (or a curriculum)"
     for length in lengths:
-        if run["block_size"] and length % run["block_size"]:
-            yield key, f"block size {run['block_size']} does not divide the rollout length {length}"
+        if run["block_size"] and (problem := block_misfit(run["block_size"], length, "the rollout length")):
+            yield key, problem
 
 
 def longest_rollout(distill: dict, block_size: int) -> int:

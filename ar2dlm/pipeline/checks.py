@@ -7,9 +7,11 @@ import glob
 import json
 from pathlib import Path
 
+from ..core.conventions import block_misfit
 from ..data.code_suite import split_pairings
 from ..evaluation.suite import BENCHMARK_KINDS
 from ..methods.registry import problems, training_data
+from ..training.schedule import warmup_misfit
 from ..training.tracking import missing_package
 from .claims import check_claims, claim_merges
 from .config import ConfigError, merge_preset, read_numbers, validate_config
@@ -30,6 +32,27 @@ def checked_config(config: dict, config_dir: str | Path) -> dict:
 
 def check_config(config: dict) -> None:
     """Cross-key checks, run when the DAG is built, before any job starts."""
+    check_data(config)
+    check_models(config)
+    check_prompt_sets(config)
+    check_runs(config)
+    check_evals(config)
+    check_armap(config)
+    check_claims(config)
+    check_local_files(config)
+    check_bench(config)
+    check_lengths(config)
+    package = missing_package(config["tracking"]["backend"])
+    if package:
+        raise ConfigError(
+            "tracking.backend",
+            f"{config['tracking']['backend']} needs the {package} package, which "
+            f"this environment lacks (pip install {package})",
+        )
+
+
+def check_data(config: dict) -> None:
+    """The data sections fit their sources: the corpus, the preference domains, the teacher's code tasks."""
     data = config["data"]
     corpus = data["corpus"]
     if corpus["subset_tokens"] > corpus["stream_tokens"]:
@@ -88,6 +111,10 @@ def check_config(config: dict) -> None:
             f"{limit} tasks asked, larger than their source data.code_suite.n_eval ({data['code_suite']['n_eval']})",
         )
 
+
+def check_models(config: dict) -> None:
+    """Each model is pretrained here (its architecture and schedule consistent) or read from the hub or a
+    local folder, with only the keys of its source."""
     for name, model in config["models"].items():
         key = f"models.{name}"
         if model["source"] == "pretrain":
@@ -107,8 +134,8 @@ def check_config(config: dict) -> None:
                     f"{key}.pretrain.seq_len",
                     f"{pre['seq_len']} exceeds arch.max_position_embeddings ({arch['max_position_embeddings']})",
                 )
-            if pre["warmup_steps"] >= pre["steps"]:
-                raise ConfigError(f"{key}.pretrain.warmup_steps", f"must be below pretrain.steps ({pre['steps']})")
+            if problem := warmup_misfit(pre["warmup_steps"], pre["steps"]):
+                raise ConfigError(f"{key}.pretrain.warmup_steps", problem)
         else:
             for extra in ("arch", "pretrain"):
                 if extra in model:
@@ -119,22 +146,6 @@ def check_config(config: dict) -> None:
                     f"{key}.model_path",
                     f"missing checkpoint: {path!r} is not a Hugging Face model folder (no config.json)",
                 )
-
-    check_prompt_sets(config)
-    check_runs(config)
-    check_evals(config)
-    check_armap(config)
-    check_claims(config)
-    check_local_files(config)
-    check_bench(config)
-    check_lengths(config)
-    package = missing_package(config["tracking"]["backend"])
-    if package:
-        raise ConfigError(
-            "tracking.backend",
-            f"{config['tracking']['backend']} needs the {package} package, which "
-            f"this environment lacks (pip install {package})",
-        )
 
 
 LENGTH_KEYS = ("seq_len", "max_length", "max_new_tokens", "rollout_length", "cost_context")
@@ -241,11 +252,8 @@ def check_bench(config: dict) -> None:
             "bench.task_prompts",
             f"{bench['task_prompts']} prompts, but benchmark {bench['benchmark']} keeps {spec['limit']}",
         )
-    if bench["max_new_tokens"] % timed["block_size"]:
-        raise ConfigError(
-            "bench.max_new_tokens",
-            f"run {bench['run']}'s block size {timed['block_size']} does not divide {bench['max_new_tokens']}",
-        )
+    if problem := block_misfit(timed["block_size"], bench["max_new_tokens"], "the generation length"):
+        raise ConfigError("bench.max_new_tokens", f"run {bench['run']}'s {problem}")
 
 
 # Rows of the hub splits the presets name (from each data set's card), so a prompt set asking for
@@ -303,12 +311,8 @@ def check_runs(config: dict) -> None:
                 raise ConfigError(f"{key}.models", f"{m!r} is not a key of models ({', '.join(models)})")
         tr = run["training"]
         check_micro_batches(config, name, tr)
-        if tr["warmup_steps"] >= tr["steps"]:
-            raise ConfigError(
-                f"{key}.training.warmup_steps",
-                f"{tr['warmup_steps']} warm-up steps, not fewer than the "
-                f"run's {tr['steps']} steps: the learning rate would never reach its peak",
-            )
+        if problem := warmup_misfit(tr["warmup_steps"], tr["steps"]):
+            raise ConfigError(f"{key}.training.warmup_steps", problem)
         tokens = tr["steps"] * tr["batch_size"] * tr["seq_len"]  # packed rows: every slot a token
         stream = config["data"]["corpus"]["stream_tokens"]
         packed_stream = training_data(run, config["data"]["prompt_sets"]) == ("stream", "documents")
@@ -322,9 +326,8 @@ def check_runs(config: dict) -> None:
         needs_block = run["attention"] == "block" or run["masking"] == "positional"
         if needs_block and run["block_size"] is None:
             raise ConfigError(f"{key}.block_size", "block attention and position-dependent masking need a block size")
-        bs, seq = run["block_size"], run["training"]["seq_len"]
-        if needs_block and seq % bs:
-            raise ConfigError(f"{key}.block_size", f"block size {bs} does not divide the sequence length {seq}")
+        if needs_block and (problem := block_misfit(run["block_size"], tr["seq_len"], "the sequence length")):
+            raise ConfigError(f"{key}.block_size", problem)
         for sub, message in problems(run, config):  # its method's and loss terms' own checks
             raise ConfigError(f"{key}.{sub}", message)
     for study, spec in config["studies"].items():
@@ -429,12 +432,8 @@ def check_evals(config: dict) -> None:
             # a kind with a row per decoding setting sweeps its block sizes and steps per block
             blocks += b.get("block_sizes", []) if kind.rows else [b["block_size"]]
             for bs in blocks:
-                if b["max_new_tokens"] % bs:
-                    raise ConfigError(
-                        f"eval.benchmarks.{e}.max_new_tokens",
-                        f"block size {bs} (studies.{study}) does "
-                        f"not divide the generation length {b['max_new_tokens']}",
-                    )
+                if problem := block_misfit(bs, b["max_new_tokens"], "the generation length"):
+                    raise ConfigError(f"eval.benchmarks.{e}.max_new_tokens", f"{problem} (studies.{study})")
                 if not kind.rows and (b.get("steps_per_block") or 0) > bs:
                     raise ConfigError(
                         f"eval.benchmarks.{e}.steps_per_block",

@@ -149,17 +149,37 @@ def fake_process_group(world: int):
         dist.destroy_process_group()
 
 
+def _meta_models(shape: Shape, run: dict, objective, checkpointing: bool):
+    """The student (fp32) and the frozen teacher its objective reads (bf16, or None) on the meta device,
+    set up as the trainer sets them up: attention, frozen groups, activation checkpointing."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    from ..training.freezing import freeze
+
+    cfg = shape.qwen3_config()
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        teacher = None
+        if objective.needs_teacher:
+            head = AutoModelForCausalLM if objective.teacher_head else AutoModel
+            teacher = head.from_config(cfg, dtype=torch.bfloat16).eval().requires_grad_(False)
+    model.set_attn_implementation("sdpa")
+    freeze(model, run["freeze"])
+    objective.count_parameters(model, teacher)
+    if checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    return model, teacher
+
+
 def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
     """Rank 0's peak memory over one training step of ``run`` at ``shape`` launched as ``plan``."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed.device_mesh import init_device_mesh
-    from transformers import AutoModel, AutoModelForCausalLM
 
     from ..core.conventions import Conventions
     from ..methods.registry import objective_for
     from ..training.data import MicroBatch
-    from ..training.freezing import freeze
     from ..training.loop import optimizer
     from ..training.schedule import autocast
     from ..training.sharding import shard
@@ -168,14 +188,7 @@ def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
     on_policy = bool((run.get("distill") or {}).get("on_policy"))
     # token ids are never read for their values; the special ones need only be in the vocabulary
     special = shape.vocab - 1
-    conv = Conventions(
-        attention=run["attention"],
-        shift=run["shift"],
-        mask_token_id=special,
-        eos_token_id=special,
-        pad_token_id=special,
-        block_size=run["block_size"],
-    )
+    conv = Conventions(run["attention"], run["shift"], special, special, special, run["block_size"])
     objective = objective_for(run, conv, 0)
     trackers = []  # the traced step's; the tracker accounts one forward per module and step: the rollout's
     # forwards are forgotten by module (the peak is kept) before the training step's
@@ -183,20 +196,9 @@ def trace_step(shape: Shape, run: dict, plan: Plan) -> Traced:
         objective.rollout_state = _rollout_at_its_largest(
             tr["seq_len"] - 1, lambda: [t.reset_mod_stats() for t in trackers]
         )
-    cfg = shape.qwen3_config()
     with fake_process_group(launch.gpus):
         mesh = init_device_mesh("cpu", (launch.gpus,))
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-            teacher = None
-            if objective.needs_teacher:
-                head = AutoModelForCausalLM if objective.teacher_head else AutoModel
-                teacher = head.from_config(cfg, dtype=torch.bfloat16).eval().requires_grad_(False)
-        model.set_attn_implementation("sdpa")
-        freeze(model, run["freeze"])
-        objective.count_parameters(model, teacher)
-        if launch.activation_checkpointing:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        model, teacher = _meta_models(shape, run, objective, launch.activation_checkpointing)
         with FakeTensorMode(allow_non_fake_inputs=True), _ExpectedSizes(), _sdpa_shares_kv_heads():
             shard(model, "bf16", mesh)
             model.to_empty(device="cpu")

@@ -25,3 +25,13 @@ def autocast(dtype: str, device_type: str):
     if dtype == "bf16":
         return torch.autocast(device_type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def warmup_misfit(warmup_steps: int, steps: int) -> str | None:
+    """Why a warm-up of ``warmup_steps`` does not fit a run of ``steps`` (None: it does)."""
+    if warmup_steps >= steps:
+        return (
+            f"{warmup_steps} warm-up steps, not fewer than the run's {steps} steps: the learning rate would never "
+            "reach its peak"
+        )
+    return None
