@@ -18,17 +18,17 @@ rule dpo_teacher:
     benchmark:
         layout.bench_path("armap/dpo_teacher_{model}_{pdomain}_seed{seed}")
     # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
-    retries: dpo_retries("dpo_teacher")
+    retries: CLUSTER.dpo_retries("dpo_teacher")
     conda:
         "../envs/ar2dlm.yaml"
     threads: 1
     resources:
-        **dpo_resources(),
+        **CLUSTER.dpo_resources(),
     params:
         cfg=json.dumps(config["armap"]["dpo"]),
         domains=preference_domains,
-        launcher=lambda wc, resources: launcher(resources),
-        launch=dpo_launch,
+        launcher=lambda wc, resources: launcher(resources, PYTHON),
+        launch=CLUSTER.dpo_launch,
     shell:
         "{params.launcher} -m ar2dlm.armap.dpo_run --model {input.model:q} --train {input.train:q} "
         "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {wildcards.seed} "
@@ -53,7 +53,7 @@ rule armap_spectra:
         "../envs/ar2dlm.yaml"
     threads: 1
     resources:
-        **armap_runtime("armap_spectra"),
+        **CLUSTER.armap_runtime("armap_spectra"),
     script:
         "../workflow_scripts/armap_spectra.py"
 
@@ -76,7 +76,7 @@ rule gamma_search:
         "../envs/ar2dlm.yaml"
     threads: 1
     resources:
-        **armap_runtime("gamma_search"),
+        **CLUSTER.armap_runtime("gamma_search"),
     params:
         # pairs cut to the length the preference vector's DPO trained on
         cfg={
@@ -103,17 +103,17 @@ rule dlm_preference:
     benchmark:
         layout.bench_path("armap/dlm_{objective}_{model}_{run}_seed{seed}_{pdomain}")
     # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
-    retries: dpo_retries(*(f"dlm_{o}" for o in direct_objectives(config)))
+    retries: CLUSTER.dpo_retries(*(f"dlm_{o}" for o in direct_objectives(config)))
     conda:
         "../envs/ar2dlm.yaml"
     threads: 1
     resources:
-        **dpo_resources(),
+        **CLUSTER.dpo_resources(),
     params:
         cfg=lambda wc: json.dumps(direct_settings(config, wc.objective)),
         domains=preference_domains,
-        launcher=lambda wc, resources: launcher(resources),
-        launch=dpo_launch,
+        launcher=lambda wc, resources: launcher(resources, PYTHON),
+        launch=CLUSTER.dpo_launch,
     shell:
         "{params.launcher} -m ar2dlm.armap.dpo_run --manifest {input.manifest:q} --train {input.train:q} "
         "--domains {params.domains:q} --eval {input.eval:q} --settings {params.cfg:q} --seed {wildcards.seed} "

@@ -58,13 +58,13 @@ rule bench_train:
         "../envs/ar2dlm.yaml"
     threads: 8
     resources:
-        **bench_train_resources(),
+        **CLUSTER.bench_train_resources(),
     params:
         script=os.path.join(workflow.basedir, "benchmarks", "train.py"),
         preset=config["preset"],
         # the planned launch of the bench model's largest timed run: one process per GPU, sharded as planned
-        launcher=lambda wc, resources: launcher(resources),
-        launch=bench_train_launch(),
+        launcher=lambda wc, resources: launcher(resources, PYTHON),
+        launch=CLUSTER.bench_train_launch(),
     shell:
         "{params.launcher} {params.script} --teacher {input.teacher} --corpus {input.corpus} --preset {params.preset}"
         " --out {output} --threads {threads} --launch {params.launch:q} --manifests {input.manifests} > {log} 2>&1"

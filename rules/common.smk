@@ -39,9 +39,7 @@ from ar2dlm.pipeline.jobs import (
 from ar2dlm.core.hub import MissingAssetError, is_cached, missing_message, require_token
 from ar2dlm.pipeline.assets import assets_for, hub_assets
 from ar2dlm.evaluation.suite import BENCHMARK_KINDS
-from ar2dlm.plan.armap import STOP_FRACTION, over_runtime
-from ar2dlm.plan.memory import model_shape, plan_bench_train, plan_jobs, unfit
-from ar2dlm.plan.one_gpu import plan_one_gpu_jobs, sharded_host_gb, unfit_one_gpu
+from ar2dlm.plan.launch import launcher, plan_cluster, tokenize_resources
 from ar2dlm.plan.tokenize import plan_tokenize
 from ar2dlm.reporting.armap import armap_report_inputs
 from ar2dlm.reporting.captions import study_figure_caption, study_table_caption
@@ -79,23 +77,13 @@ if any(a == "--report" or a.startswith("--report=") for a in sys.argv) and not a
         f"snakemake --report gathers a run's tables, figures and claims, and {layout.RESULTS}/ holds none yet: "
         "run `snakemake all_tables --cores 2` (or one table or figure) first"
     )
-PLANS = {}  # conversion launches planned for config["cluster"] (python -m ar2dlm.plan prints them)
-GPU_JOBS = {}  # evaluation and AR-MAP jobs planned for it (GPUs of a sharded full DPO)
-BENCH_TRAIN = None  # the training benchmark's planned launch
-if config.get("cluster"):
-    PLANS = {p.job: p for p in plan_jobs(config)}
-    GPU_JOBS = {j.job: j for j in plan_one_gpu_jobs(config)}
-    BENCH_TRAIN = plan_bench_train(config)
-    _unfit = (
-        unfit(list(PLANS.values()) + [BENCH_TRAIN])
-        + unfit_one_gpu(list(GPU_JOBS.values()), config["cluster"]["gpu_memory_gb"])
-        + over_runtime(GPU_JOBS.values())
+# Every planned job's launch for config["cluster"] (python -m ar2dlm.plan prints them); none without one.
+CLUSTER = plan_cluster(config)
+if _unfit := CLUSTER.unfit():
+    raise WorkflowError(
+        "jobs that do not fit the config's cluster (python -m ar2dlm.plan prints every estimate):\n  "
+        + "\n  ".join(_unfit)
     )
-    if _unfit:
-        raise WorkflowError(
-            "jobs that do not fit the config's cluster (python -m ar2dlm.plan prints every "
-            "estimate):\n  " + "\n  ".join(_unfit)
-        )
 # Compute jobs never download: `snakemake prefetch` (a local rule) fills the hub cache where the network is.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -242,171 +230,6 @@ def table_outputs():
 PYTHON = "python" if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method else sys.executable
 
 
-def launcher(resources):
-    """What starts a conversion's processes: this Python for one process; torchrun on one node for
-    several GPUs; for a job given ``mpi`` (a planned job, or a profile's choice), srun starts one
-    torchrun per node of the job and the torchruns meet through c10d rendezvous on the job's first
-    node (``tasks`` processes in all, or one per GPU)."""
-    gpus = int(resources.get("gpu", 0) or 0)
-    if resources.get("mpi"):
-        nodes = int(resources.get("nodes", 1) or 1)
-        per_node = int(resources.get("tasks") or gpus) // nodes
-        torchrun = (
-            f"exec {PYTHON} -m torch.distributed.run --nnodes={nodes} --nproc_per_node={per_node} "
-            "--rdzv_backend=c10d --rdzv_id=$SLURM_JOB_ID --rdzv_endpoint="
-            '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):$((29500 + SLURM_JOB_ID % 1000)) "$@"'
-        )
-        # the step's one task per node holds that node's GPUs and their CPUs, named here rather than left to
-        # the site's srun defaults (a step inherits neither --gpus nor --cpus-per-task from its job)
-        cpus = int(resources.get("cpus_per_gpu", 0) or 0) * (gpus // nodes) or int(
-            resources.get("cpus_per_task", 0) or 0
-        )
-        binding = (f" --gpus-per-task={gpus // nodes} --gpu-bind=none" if gpus else "") + (
-            f" --cpus-per-task={cpus}" if cpus else ""
-        )
-        return (
-            f"srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1{binding} --kill-on-bad-exit=1 "
-            f"sh -c '{torchrun}' torchrun"
-        )
-    if gpus > 1:
-        return f"{PYTHON} -m torch.distributed.run --standalone --nproc_per_node={gpus}"
-    return PYTHON
-
-
-def armap_runtime(rule: str):
-    """A planned AR-MAP job's runtime (``cluster.armap_runtime_hours``, which the planner times it
-    against); none without a plan (the profile's)."""
-    return {"runtime": f"{config['cluster']['armap_runtime_hours'][rule]}h"} if GPU_JOBS else {}
-
-
-def dpo_kind(wildcards) -> str:
-    """The planned kind of a DPO job (dpo_teacher, or dlm_<objective> for a direct baseline)."""
-    return f"dlm_{wildcards.objective}" if "objective" in wildcards.keys() else "dpo_teacher"
-
-
-def dpo_resources():
-    """GPUs, host memory and runtime of a planned DPO job: one GPU for LoRA DPO or a full DPO that
-    fits it (64 GB of host memory), else the planner's GPUs of one node, torchrun starting one process
-    per GPU, each loading the model in fp32 and the reference in bf16 before sharding them (the
-    planner's host memory). None without a plan (the profile's)."""
-    if not GPU_JOBS:
-        return {}
-
-    def gpus(wc):
-        return GPU_JOBS[f"{dpo_kind(wc)}/{wc.model}"].gpus
-
-    return {
-        "gpu": gpus,
-        "mem_mb": lambda wc: round(1000 * (GPU_JOBS[f"{dpo_kind(wc)}/{wc.model}"].host_gb or 64)),
-        "runtime": lambda wc: round(60 * config["cluster"]["armap_runtime_hours"][dpo_kind(wc)]),  # minutes
-    }
-
-
-def dpo_launch(wildcards) -> str:
-    """A planned DPO job's launch as JSON: its GPUs (a job step that sees fewer stops at once), and it
-    saves and stops at ``STOP_FRACTION`` of its runtime, for its retry to resume (the planner's
-    segments, or a job slower than planned); {} without a plan."""
-    if not GPU_JOBS:
-        return "{}"
-    hours = config["cluster"]["armap_runtime_hours"][dpo_kind(wildcards)]
-    gpus = GPU_JOBS[f"{dpo_kind(wildcards)}/{wildcards.model}"].gpus
-    return json.dumps({"gpus": gpus, "stop_after_hours": round(STOP_FRACTION * hours, 2)})
-
-
-def dpo_retries(*kinds: str):
-    """Retries of the DPO jobs of ``kinds``: one per segment after the first of their longest planned
-    run, one for a job slower than its plan and one for a failure; None without a plan (the profile's)."""
-    if not GPU_JOBS:
-        return None
-    return max((j.segments for name, j in GPU_JOBS.items() if name.split("/")[0] in kinds), default=1) + 1
-
-
-def conversion_plan(wildcards):
-    """The planned launch of a conversion (``cluster`` in the config), else None."""
-    return PLANS.get(f"{wildcards.model}/{wildcards.run}")
-
-
-def conversion_launch(wildcards) -> str:
-    """The trainer's launch choices as JSON: the plan's activation checkpointing, teacher placement and
-    GPUs, and when the job stops (with a checkpoint) for its retry to resume; {} without a plan (the
-    run's own settings)."""
-    plan = conversion_plan(wildcards)
-    if plan is None:
-        return "{}"
-    return json.dumps(
-        {
-            "activation_checkpointing": plan.launch.activation_checkpointing,
-            "shard_teacher": plan.launch.shard_teacher,
-            "gpus": plan.launch.gpus,
-            # every planned run stops with a checkpoint before its job's limit, one planned in a single
-            # segment too: a job slower than its MFU estimate resumes in its retry instead of being killed
-            "stop_after_hours": round(STOP_FRACTION * config["cluster"]["runtime_hours"], 2),
-        }
-    )
-
-
-def conversion_retries():
-    """Retries of a planned conversion: one per segment after the first of the longest planned run, one
-    for a job slower than its plan and one for a failure (Snakemake takes one count per rule); None
-    without a plan (the profile's)."""
-    return max(p.segments for p in PLANS.values()) + 1 if PLANS else None
-
-
-def conversion_resources():
-    """Per-job SLURM resources of planned conversions (nodes, GPUs); none without a plan (the
-    profile's). A one-node job's shell starts torchrun itself, one process per GPU (so it also runs
-    where there is no SLURM); a multi-node job asks one srun task per GPU (``mpi``)."""
-    if not PLANS:
-        return {}
-
-    def gpus(wc):
-        return conversion_plan(wc).launch.gpus
-
-    def multi(wc):
-        return conversion_plan(wc).launch.nodes > 1
-
-    return {
-        "nodes": lambda wc: conversion_plan(wc).launch.nodes,
-        "gpu": gpus,
-        "tasks": lambda wc: gpus(wc) if multi(wc) else 1,
-        "tasks_per_gpu": 0,
-        "mpi": lambda wc: "srun" if multi(wc) else "",
-        "runtime": f"{config['cluster']['runtime_hours']}h",
-    }
-
-
-def bench_train_resources():
-    """The training benchmark's resources: the planned launch of its largest timed run (``BENCH_TRAIN``),
-    started as a conversion is, with host memory for each process's load before sharding; none without
-    a plan (the profile's)."""
-    if BENCH_TRAIN is None:
-        return {}
-    launch = BENCH_TRAIN.launch
-    shape = model_shape(config["models"][config["bench"]["model"]], config["data"]["tokenizer"].get("vocab_size"))
-    return {
-        "nodes": launch.nodes,
-        "gpu": launch.gpus,
-        "tasks": launch.gpus if launch.nodes > 1 else 1,
-        "tasks_per_gpu": 0,
-        "mpi": "srun" if launch.nodes > 1 else "",
-        "mem_mb": round(1000 * sharded_host_gb(shape, launch.gpus_per_node)),
-    }
-
-
-def bench_train_launch() -> str:
-    """The training benchmark's launch choices as JSON, as a conversion's; {} without a plan."""
-    if BENCH_TRAIN is None:
-        return "{}"
-    launch = BENCH_TRAIN.launch
-    return json.dumps(
-        {
-            "activation_checkpointing": launch.activation_checkpointing,
-            "shard_teacher": launch.shard_teacher,
-            "gpus": launch.gpus,
-        }
-    )
-
-
 def token_rows_plan(wildcards):
     """How a token_rows folder is tokenised: shard jobs, worker processes, memory, runtime."""
     return plan_tokenize(config, wildcards.source, wildcards.selection, int(wildcards.seq_len))
@@ -430,15 +253,12 @@ def token_rows_threads(wildcards):
 
 
 def token_rows_resources():
-    """SLURM memory and runtime of planned tokenising jobs (a merge of shards keeps the profile's);
+    """SLURM memory and runtime of planned tokenising jobs (the planner's; a merge of shards its own);
     none without a ``cluster`` (the profile's)."""
     if not config.get("cluster"):
         return {}
 
-    def tokenizes(wc):
-        return token_rows_plan(wc).shards == 1 or "shard" in wc.keys()
+    def resources(wc):
+        return tokenize_resources(token_rows_plan(wc), token_rows_plan(wc).shards == 1 or "shard" in wc.keys())
 
-    return {
-        "mem_mb": lambda wc: token_rows_plan(wc).mem_mb if tokenizes(wc) else 16000,
-        "runtime": lambda wc: token_rows_plan(wc).runtime_minutes if tokenizes(wc) else 240,
-    }
+    return {"mem_mb": lambda wc: resources(wc)["mem_mb"], "runtime": lambda wc: resources(wc)["runtime"]}

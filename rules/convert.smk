@@ -16,20 +16,20 @@ rule convert:
         layout.log_path("convert/{model}_{run}_seed{seed}"),
     benchmark:
         layout.bench_path("convert/{model}_{run}_seed{seed}")
-    retries: conversion_retries()
+    retries: CLUSTER.conversion_retries()
     conda:
         "../envs/ar2dlm.yaml"
     # one thread per job: on CPUs the tiny model trains 1.37x faster as parallel one-thread jobs than
     # one two-thread job at a time (2 cores); GPU jobs get their CPUs from the SLURM profile
     threads: 1
     resources:
-        **conversion_resources(),
+        **CLUSTER.conversion_resources(),
     params:
         run=lambda wc: json.dumps(conversion_settings(config, wc.run), sort_keys=True),
         preset=config["preset"],
         # one process per GPU of the job (the SLURM profile grants them); a plain process without GPUs
-        launcher=lambda wc, resources: launcher(resources),
-        launch=conversion_launch,
+        launcher=lambda wc, resources: launcher(resources, PYTHON),
+        launch=CLUSTER.conversion_launch,
         init=lambda wc, input: f"--init-from {json.dumps(input.init[0])}" if input.init else "",
     shell:
         "{params.launcher} -m ar2dlm.training.convert_run --settings {params.run:q} --teacher {input.teacher:q} "

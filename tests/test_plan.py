@@ -232,6 +232,76 @@ def test_full_dpo_of_8b_is_sharded_over_the_gpus_that_hold_it(tmp_path):
     assert f"""--launch '{{"gpus": 4, "stop_after_hours": {stop:g}}}'""" in out, out[-3000:]
 
 
+class _Wildcards(dict):
+    """A job's wildcards as Snakemake passes them to a resource function: attributes and keys()."""
+
+    __getattr__ = dict.__getitem__
+
+
+def test_the_launcher_starts_one_process_torchrun_or_one_torchrun_per_node():
+    from ar2dlm.plan.launch import launcher
+
+    assert launcher({}, "py") == "py"
+    assert launcher({"gpu": 8}, "py") == "py -m torch.distributed.run --standalone --nproc_per_node=8"
+    two_nodes = launcher({"gpu": 16, "nodes": 2, "tasks": 16, "mpi": "srun", "cpus_per_gpu": 8}, "py")
+    assert two_nodes.startswith(
+        "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-task=8 --gpu-bind=none --cpus-per-task=64 "
+        "--kill-on-bad-exit=1 sh -c 'exec py -m torch.distributed.run --nnodes=2 --nproc_per_node=8 "
+    ), two_nodes
+    # a profile's srun job without GPUs: its tasks, no GPU binding
+    cpu = launcher({"nodes": 2, "tasks": 4, "mpi": "srun", "cpus_per_task": 3}, "py")
+    assert "--nproc_per_node=2" in cpu and "--gpus-per-task" not in cpu and "--cpus-per-task=3" in cpu
+
+
+def test_the_cluster_plan_gives_each_planned_job_its_resources_launch_and_retries():
+    from ar2dlm.plan.launch import DPO_HOST_GB, MERGE_MEM_MB, plan_cluster, tokenize_resources
+
+    config = paper()
+    cluster = plan_cluster(config)
+    assert set(cluster.conversions) == {p.job for p in plan_jobs(config)} and not cluster.unfit()
+    resources = cluster.conversion_resources()
+    for job, (nodes, tasks, mpi) in {"qwen3_8b/ed": (2, 16, "srun"), "qwen3_8b/opd": (1, 1, "")}.items():
+        model, run = job.split("/")
+        wc = _Wildcards(model=model, run=run)
+        plan = cluster.conversions[job].launch
+        got = {k: v(wc) if callable(v) else v for k, v in resources.items()}
+        assert got == {
+            "nodes": nodes,
+            "gpu": plan.gpus,
+            "tasks": tasks,
+            "tasks_per_gpu": 0,
+            "mpi": mpi,
+            "runtime": f"{config['cluster']['runtime_hours']}h",
+        }, job
+        assert json.loads(cluster.conversion_launch(wc)) == {
+            "activation_checkpointing": plan.activation_checkpointing,
+            "shard_teacher": plan.shard_teacher,
+            "gpus": plan.gpus,
+            "stop_after_hours": round(STOP_FRACTION * config["cluster"]["runtime_hours"], 2),
+        }
+    assert cluster.conversion_retries() == max(p.segments for p in cluster.conversions.values()) + 1
+    # a LoRA DPO job: one GPU, a DPO host's memory, its runtime; the direct baseline named by its objective
+    dpo = {k: v(_Wildcards(model="qwen3_8b")) for k, v in cluster.dpo_resources().items()}
+    hours = config["cluster"]["armap_runtime_hours"]
+    assert dpo == {"gpu": 1, "mem_mb": 1000 * DPO_HOST_GB, "runtime": round(60 * hours["dpo_teacher"])}
+    direct = _Wildcards(model="qwen3_8b", objective="dpo")
+    assert cluster.dpo_resources()["runtime"](direct) == round(60 * hours["dlm_dpo"])
+    assert json.loads(cluster.dpo_launch(direct))["stop_after_hours"] == round(STOP_FRACTION * hours["dlm_dpo"], 2)
+    assert cluster.dpo_retries("dpo_teacher") == cluster.gpu_jobs["dpo_teacher/qwen3_8b"].segments + 1
+    bench = cluster.bench_train_resources()
+    assert bench["gpu"] == cluster.bench_train.launch.gpus >= 8 and bench["mem_mb"] > 0
+    assert tokenize_resources(plan_tokenize(config, "stream", "documents", 2048), False)["mem_mb"] == MERGE_MEM_MB
+    # the DAG build's fit check and the CLI's: a GPU too small names the jobs
+    small = {**config, "cluster": {**config["cluster"], "gpu_memory_gb": 8}}
+    assert any(line.startswith("qwen3_8b/") for line in plan_cluster(small).unfit())
+    # without a cluster nothing is planned: every job keeps the profile's resources
+    none = plan_cluster(merge_preset({"preset": "smoke"}, REPO / "config"))
+    wc = _Wildcards(model="tiny", run="mdlm")
+    assert none.conversion_resources() == none.dpo_resources() == none.bench_train_resources() == {}
+    assert none.conversion_launch(wc) == none.bench_train_launch() == "{}" and none.conversion_retries() is None
+    assert none.unfit() == [] and none.armap_runtime("gamma_search") == {}
+
+
 def test_every_armap_job_of_the_paper_fits_its_runtime_dpo_in_resumable_segments():
     config = paper()
     jobs = {j.job: j for j in plan_one_gpu_jobs(config)}

@@ -3,8 +3,8 @@ conversion job by part, the launch chosen for it (nodes, GPUs, rows per GPU, acc
 activation checkpointing, teacher placement) and its hours; then the GPU memory of every
 evaluation and AR-MAP job kind (one GPU each), the hours of AR-MAP's jobs (DPO in resumable
 segments) against their runtimes, and the tokenisation jobs of every token_rows folder (shard jobs,
-worker processes, hours); exits 1 naming each job that does not fit. The DAG build runs the same
-check when the config sets ``cluster``."""
+worker processes, hours); exits 1 naming each job that does not fit (``ClusterPlan.unfit``, the
+check the DAG build runs when the config sets ``cluster``)."""
 
 import argparse
 import sys
@@ -12,9 +12,8 @@ from pathlib import Path
 
 from ..pipeline.checks import checked_config
 from ..pipeline.config import ConfigError, read_config_file
-from .armap import over_runtime
-from .memory import GB, plan_jobs, unfit
-from .one_gpu import plan_one_gpu_jobs, unfit_one_gpu
+from .launch import plan_cluster
+from .memory import GB
 from .tokenize import TOKENS_PER_SECOND, plan_tokenize_jobs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +40,8 @@ def main(argv=None) -> int:
     if args.gpu_memory_gb:
         config["cluster"]["gpu_memory_gb"] = args.gpu_memory_gb
     c = config["cluster"]
-    plans = plan_jobs(config)
+    cluster = plan_cluster(config)
+    plans = list(cluster.conversions.values())
     print(
         f"per-GPU peak (GB) of each conversion job on {c['gpu_memory_gb']:g} GB GPUs, {c['gpus_per_node']} per node; "
         f"hours at {c['mfu']:.0%} of {c['gpu_tflops']:g} TFLOP/s, {c['runtime_hours']:g} h per job\n"
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
             f"| {p.job} | {launch.nodes} | {launch.gpus} | {launch.rows} | {p.accum} | {ckpt} "
             f"| {teacher} | {parts} | {p.peak_gb:.1f} | {p.hours:.1f} | {p.segments} |"
         )
-    one_gpu = plan_one_gpu_jobs(config)
+    one_gpu = list(cluster.gpu_jobs.values())
     print(
         f"\nGPU memory (GB per GPU) of each evaluation and AR-MAP job on {c['gpu_memory_gb']:g} GB GPUs (the largest "
         "benchmark of each kind per model; full DPO sharded when one GPU cannot hold it); AR-MAP's hours in all, "
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         t = j.time
         hours = f"{t.hours:.1f} | {t.segments} | {t.longest_hours:.1f} / {t.runtime_hours:g}" if t else "- | - | -"
         print(f"| {j.job} | {j.gpus} | {parts} | {j.peak_gb:.1f} | {'yes' if j.fits else 'no'} | {hours} |")
-    bad = unfit(plans) + unfit_one_gpu(one_gpu, c["gpu_memory_gb"]) + over_runtime(one_gpu)
+    bad = cluster.unfit()  # the DAG build's check
     print(
         f"\ntokenisation of each token_rows folder at {TOKENS_PER_SECOND / 1e6:g}M tokens/s per worker process, "
         "every shard job at once\n"
