@@ -25,11 +25,10 @@ import torch
 
 from ar2dlm.core.conventions import Conventions
 from ar2dlm.core.engine import compile_available
-from ar2dlm.core.models import load_model, resolve_device
+from ar2dlm.core.models import final_checkpoint, load_model, resolve_device
 from ar2dlm.core.precision import cpu_native_bf16, resolve_dtype, torch_dtype
 from ar2dlm.evaluation import decode_speed as ds
 from ar2dlm.evaluation.code import code_prompts, score_responses
-from ar2dlm.pipeline.layout import final_checkpoint
 from ar2dlm.plan.memory import QWEN3_SHAPES
 from ar2dlm.provenance import library_versions, read_jsonl, write_json
 

@@ -380,7 +380,7 @@ def weights(folder: Path) -> dict:
 
 
 def final_weights(out: Path) -> dict:
-    from ar2dlm.pipeline.layout import final_checkpoint
+    from ar2dlm.core.models import final_checkpoint
 
     return weights(final_checkpoint(out / "train.json"))
 
@@ -495,8 +495,7 @@ def reference_losses(ctx: Context) -> dict[str, float]:
 def check_training(ctx: Context, family: str, info: dict, out: Path, run: dict, reference: float | str | None) -> None:
     """A run's log, checkpoint and dtype; its first loss against the fp32 CPU reference (a number, or
     why there is none) where the family has one."""
-    from ar2dlm.core.models import load_model
-    from ar2dlm.pipeline.layout import final_checkpoint
+    from ar2dlm.core.models import final_checkpoint, load_model
 
     log = run_log(out)
     steps = run["training"]["steps"]
@@ -561,7 +560,7 @@ def resume_stage(ctx: Context) -> None:
 def kill_after_checkpoint(ctx: Context, run: dict, out: Path, step: int) -> int:
     """Run ``run`` in a subprocess, SIGKILL it once the trainer state of ``step`` is written (checkpoints
     appear whole: the trainer renames a finished folder into place); return its last resumable step."""
-    from ar2dlm.pipeline.layout import checkpoint_dirs
+    from ar2dlm.core.models import checkpoint_dirs
 
     out.mkdir(parents=True, exist_ok=True)
     marker = out / f"step_{step}" / "trainer_state.pt"
@@ -652,9 +651,8 @@ def decode_stage(ctx: Context) -> None:
     import torch
 
     from ar2dlm.core.engine import DecodeEngine
-    from ar2dlm.core.models import load_model
+    from ar2dlm.core.models import final_checkpoint, load_model
     from ar2dlm.core.sampling import generate_ar, generate_dlm
-    from ar2dlm.pipeline.layout import final_checkpoint
 
     _, out = ctx.need("run:efficient_dlm")
     model, tok, conv, _ = load_model(final_checkpoint(out / "train.json"), dtype=torch.float64, device=ctx.device)
@@ -844,7 +842,7 @@ def dpo_stage(ctx: Context) -> None:
 
 def dpo_step(ctx: Context, check: str, flag: str, source: Path) -> None:
     from ar2dlm.armap.dpo_run import main
-    from ar2dlm.pipeline.layout import final_checkpoint
+    from ar2dlm.core.models import final_checkpoint
 
     out = ctx.work / "dpo" / check
     cfg = {**DPO_SETTINGS, "max_length": ctx.sizes["dpo_max_length"]}
@@ -891,7 +889,7 @@ def check_lora_step(ctx: Context, check: str, out: Path, base: Path) -> None:
 def gamma_stage(ctx: Context) -> None:
     """One gamma of AR-MAP's search: the DPO'd teacher's vector merged into the mdlm DLM."""
     from ar2dlm.armap.pipeline import search
-    from ar2dlm.pipeline.layout import final_checkpoint
+    from ar2dlm.core.models import final_checkpoint
     from ar2dlm.provenance import read_jsonl
 
     _, mdlm = ctx.need("run:mdlm")

@@ -589,7 +589,7 @@ def test_a_staged_run_starts_from_its_source_runs_final_weights_and_counts_its_c
     """``init: {run: NAME}``: the staged run starts from the source run's final weights (at learning
     rate 0 its checkpoint equals them bitwise, and they are not the teacher's), and the manifest adds
     the source's tokens and FLOPs; without the source's manifest it refuses."""
-    from ar2dlm.pipeline.layout import checkpoint_dir
+    from ar2dlm.core.models import checkpoint_dir
     from ar2dlm.provenance import write_json
 
     source = train(setup, run_cfg("ed", steps=4, checkpoint_every=4), tmp_path / "ed")

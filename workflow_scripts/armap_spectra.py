@@ -1,5 +1,5 @@
 from ar2dlm.armap.pipeline import spectra
-from ar2dlm.pipeline.layout import final_checkpoint
+from ar2dlm.core.models import final_checkpoint
 from ar2dlm.provenance import log_to
 from ar2dlm.reporting.armap import plot_shadowing
 

@@ -1,7 +1,7 @@
 from pathlib import Path
 
+from ar2dlm.core.models import checkpoint_dir
 from ar2dlm.evaluation.suite import run_benchmark
-from ar2dlm.pipeline.layout import checkpoint_dir
 from ar2dlm.provenance import log_to, write_json, write_jsonl
 
 log_to(snakemake.log[0], snakemake.threads)

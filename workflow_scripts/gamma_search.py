@@ -1,5 +1,5 @@
 from ar2dlm.armap.pipeline import preference_rows, search
-from ar2dlm.pipeline.layout import final_checkpoint
+from ar2dlm.core.models import final_checkpoint
 from ar2dlm.provenance import log_to
 
 log_to(snakemake.log[0], snakemake.threads)

@@ -24,9 +24,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# A run's step_<k>/ checkpoints inside its folder: defined with the model folders (the trainer and
-# AR-MAP find checkpoints too, below this layer), named here with the rest of the layout.
-from ..core.models import checkpoint_dir, checkpoint_dirs, final_checkpoint  # noqa: F401
+# A run's step_<k>/ checkpoints inside its folder have one home, ar2dlm.core.models (checkpoint_dir,
+# final_checkpoint): the trainer and AR-MAP, below this layer, find them too.
 
 RESULTS = "results"
 TABLE_FORMATS = ("md", "csv", "tex")
