@@ -53,12 +53,12 @@ def rank_accuracy(model_dir, rows: list[dict], max_length: int) -> float:
     """Share of pairs whose chosen response the causal model at ``model_dir`` scores higher."""
     import torch
 
-    from ar2dlm.armap.gamma import _pairs
+    from ar2dlm.armap.dpo import encode_pairs
     from ar2dlm.core.likelihood import ar_loglikelihood
     from ar2dlm.core.models import load_model
 
     model, tok, _, _ = load_model(model_dir, dtype=torch.float32)
-    wins, loses = _pairs(tok, rows, max_length)
+    wins, loses = encode_pairs(tok, rows, max_length)
     lw, ll = (torch.tensor(ar_loglikelihood(model, p, tok.pad_token_id)) for p in (wins, loses))
     return float((lw > ll).float().mean())
 

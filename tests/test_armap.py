@@ -367,8 +367,8 @@ def test_pairs_are_cut_as_trls_dpo_collator_cuts_them(smoke_tokenizer):
     preparation does."""
     from trl.trainer.dpo_trainer import DataCollatorForPreference
 
-    from ar2dlm.armap.gamma import _pairs as encoded_and_cut
-    from ar2dlm.armap.gamma import scorable
+    from ar2dlm.armap.dpo import encode_pairs as encoded_and_cut
+    from ar2dlm.armap.dpo import scorable
     from ar2dlm.data.tokenization import encode_pair
 
     tok, _ = smoke_tokenizer
@@ -391,7 +391,7 @@ def test_pairs_are_cut_as_trls_dpo_collator_cuts_them(smoke_tokenizer):
 def test_scoring_runs_in_bf16_autocast_on_gpus_only():
     from types import SimpleNamespace
 
-    from ar2dlm.armap.gamma import scoring_precision
+    from ar2dlm.armap.dpo import scoring_precision
 
     assert not isinstance(scoring_precision(SimpleNamespace(device=torch.device("cpu"))), torch.autocast)
     from contextlib import nullcontext

@@ -28,13 +28,19 @@ last checkpoint there (:mod:`ar2dlm.armap.segments`), so a job killed at its tim
 planned in segments (``stop_after_hours``), continues where it stopped.
 
 Full DPO on several GPUs (``train_dpo_sharded``, launched by torchrun like a conversion) runs in the
-project's own FSDP2 trainer with the DPO objective (``ar2dlm.methods.dpo.Preference``):
-policy and frozen reference sharded across the processes, checkpoints resumable on any number of
-them; the exported folder carries the same provenance as TRL's path.
+project's own FSDP2 trainer with the DPO objective (``ar2dlm.methods.dpo.Preference``, the method
+registry's home of every training objective): policy and frozen reference sharded across the
+processes, checkpoints resumable on any number of them; the exported folder carries the same
+provenance as TRL's path.
+
+DPO's implicit reward is scored here too (``reward_accuracy``: the share of held-out pairs whose
+reward margin against the reference is positive, ELBOs on masks shared by both models): the DPO
+runs report it, and AR-MAP's gamma search (:mod:`ar2dlm.armap.gamma`) ranks its merges by it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 import zlib
@@ -42,12 +48,87 @@ import zlib
 import torch
 
 from ..core.diffusion import chunked_rows, item_seed
-from ..core.likelihood import elbo_terms
+from ..core.likelihood import dlm_elbo, elbo_terms
 from ..core.models import load_model, save_model
+from ..data.tokenization import encode_pair
 from ..provenance import library_versions
 from .segments import checkpoint_step, last_checkpoint, publish, run_settings, scored_once, stop_before_limit, work_dir
 
 FIELDS = ("prompt", "chosen", "rejected")
+
+
+def scorable(tok, rows: list[dict], max_length: int | None) -> list[dict]:
+    """The rows TRL's DPO keeps at ``max_length`` (truncation_mode keep_start): those whose prompt
+    leaves room for at least one completion token."""
+    if max_length is None:
+        return rows
+    return [r for r in rows if len(encode_pair(tok, r["prompt"], "", eos=False)[0]) < max_length]
+
+
+def _keep_start(pair: tuple[list[int], list[int]], max_length: int | None) -> tuple[list[int], list[int]]:
+    prompt, completion = pair
+    return pair if max_length is None else (prompt, completion[: max_length - len(prompt)])
+
+
+def encode_pairs(tok, rows, max_length: int | None = None):
+    """Token ids of the chosen and the rejected sequences, cut as TRL's DPO collator cuts them: the
+    rows :func:`scorable` keeps, prompt plus completion truncated to their first ``max_length``
+    tokens (the lengths DPO trained on, and what bounds a forward's memory)."""
+    rows = scorable(tok, rows, max_length)
+    wins = [_keep_start(encode_pair(tok, r["prompt"], r["chosen"]), max_length) for r in rows]
+    loses = [_keep_start(encode_pair(tok, r["prompt"], r["rejected"]), max_length) for r in rows]
+    return wins, loses
+
+
+def scoring_precision(model):
+    """bf16 autocast on a GPU over the fp32 weights (the merge is exact in fp32, the forwards run at
+    the GPU's bf16 rate); CPUs score in fp32. No cast cache: it would hold a bf16 copy of every
+    weight for as long as the context lasts (16 GB at 8B)."""
+    if model.device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
+
+
+def _elbos(model, conv, pairs, n_samples, seed, offset, batch_size):
+    with scoring_precision(model):
+        elbos = dlm_elbo(model, conv, pairs, n_samples=n_samples, seed=seed + offset, batch_size=batch_size)
+    return torch.tensor([r["elbo"] for r in elbos])
+
+
+def reference_scores(
+    ref, conv, rows: list[dict], tok, *, n_samples: int, seed: int, batch_size: int = 32, max_length: int | None = None
+) -> tuple:
+    """ELBOs of the chosen and the rejected responses under the reference model (``batch_size``
+    masked copies per forward), on the pairs cut to ``max_length`` (:func:`encode_pairs`)."""
+    wins, loses = encode_pairs(tok, rows, max_length)
+    return (
+        _elbos(ref, conv, wins, n_samples, seed, 0, batch_size),
+        _elbos(ref, conv, loses, n_samples, seed, 1, batch_size),
+    )
+
+
+def reward_accuracy(
+    model,
+    conv,
+    rows: list[dict],
+    tok,
+    refs: tuple,
+    *,
+    beta: float,
+    n_samples: int,
+    seed: int,
+    batch_size: int = 32,
+    max_length: int | None = None,
+) -> float:
+    """Share of pairs whose implicit reward margin against the reference (``refs``, from
+    :func:`reference_scores` with the same seed and ``max_length``: the same masks) is positive."""
+    (rw, rl), (mw, ml) = (
+        refs,
+        reference_scores(
+            model, conv, rows, tok, n_samples=n_samples, seed=seed, batch_size=batch_size, max_length=max_length
+        ),
+    )
+    return float((beta * (mw - rw) > beta * (ml - rl)).float().mean())
 
 
 def checkpoint_every(cfg: dict) -> int:
@@ -298,8 +379,6 @@ def train_dpo(
         else None
     )
     if conv.is_diffusion:
-        from .gamma import reference_scores, reward_accuracy
-
         kw = dict(n_samples=cfg["eval_elbo_samples"], seed=seed, max_length=cfg["max_length"])
         # scored before training, when the policy is still the reference
         refs = scored_once(work / "reference_scores.pt", lambda: reference_scores(model, conv, eval_rows, tok, **kw))
@@ -395,7 +474,6 @@ def pair_reward_accuracy(model, ref, tok, conv, rows: list[dict], cfg: dict, see
     """Share of held-out pairs whose implicit reward margin (policy against reference) is positive:
     causal log-likelihoods, or ELBOs on ``eval_elbo_samples`` masks shared by both models."""
     from ..core.likelihood import ar_loglikelihood
-    from .gamma import _pairs, reference_scores, reward_accuracy
 
     if conv.is_diffusion:
         n = cfg["eval_elbo_samples"]
@@ -403,7 +481,7 @@ def pair_reward_accuracy(model, ref, tok, conv, rows: list[dict], cfg: dict, see
         return reward_accuracy(
             model, conv, rows, tok, refs, beta=cfg["beta"], n_samples=n, seed=seed, max_length=cfg["max_length"]
         )
-    wins, loses = _pairs(tok, rows, cfg["max_length"])
+    wins, loses = encode_pairs(tok, rows, cfg["max_length"])
 
     def score(m, pairs):
         return torch.tensor(ar_loglikelihood(m, pairs, tok.pad_token_id))

@@ -17,88 +17,12 @@ autocast over the fp32 merge.
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import torch
 
-from ..core.likelihood import dlm_elbo
-from ..data.tokenization import encode_pair
+from .dpo import reference_scores, reward_accuracy, scorable
 from .merge import stream_merge
-
-
-def scorable(tok, rows: list[dict], max_length: int | None) -> list[dict]:
-    """The rows TRL's DPO keeps at ``max_length`` (truncation_mode keep_start): those whose prompt
-    leaves room for at least one completion token."""
-    if max_length is None:
-        return rows
-    return [r for r in rows if len(encode_pair(tok, r["prompt"], "", eos=False)[0]) < max_length]
-
-
-def _keep_start(pair: tuple[list[int], list[int]], max_length: int | None) -> tuple[list[int], list[int]]:
-    prompt, completion = pair
-    return pair if max_length is None else (prompt, completion[: max_length - len(prompt)])
-
-
-def _pairs(tok, rows, max_length: int | None = None):
-    """Token ids of the chosen and the rejected sequences, cut as TRL's DPO collator cuts them: the
-    rows :func:`scorable` keeps, prompt plus completion truncated to their first ``max_length``
-    tokens (the lengths DPO trained on, and what bounds a forward's memory)."""
-    rows = scorable(tok, rows, max_length)
-    wins = [_keep_start(encode_pair(tok, r["prompt"], r["chosen"]), max_length) for r in rows]
-    loses = [_keep_start(encode_pair(tok, r["prompt"], r["rejected"]), max_length) for r in rows]
-    return wins, loses
-
-
-def scoring_precision(model):
-    """bf16 autocast on a GPU over the fp32 weights (the merge is exact in fp32, the forwards run at
-    the GPU's bf16 rate); CPUs score in fp32. No cast cache: it would hold a bf16 copy of every
-    weight for as long as the context lasts (16 GB at 8B)."""
-    if model.device.type != "cuda":
-        return contextlib.nullcontext()
-    return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
-
-
-def _elbos(model, conv, pairs, n_samples, seed, offset, batch_size):
-    with scoring_precision(model):
-        elbos = dlm_elbo(model, conv, pairs, n_samples=n_samples, seed=seed + offset, batch_size=batch_size)
-    return torch.tensor([r["elbo"] for r in elbos])
-
-
-def reference_scores(
-    ref, conv, rows: list[dict], tok, *, n_samples: int, seed: int, batch_size: int = 32, max_length: int | None = None
-) -> tuple:
-    """ELBOs of the chosen and the rejected responses under the reference model (``batch_size``
-    masked copies per forward), on the pairs cut to ``max_length`` (:func:`_pairs`)."""
-    wins, loses = _pairs(tok, rows, max_length)
-    return (
-        _elbos(ref, conv, wins, n_samples, seed, 0, batch_size),
-        _elbos(ref, conv, loses, n_samples, seed, 1, batch_size),
-    )
-
-
-def reward_accuracy(
-    model,
-    conv,
-    rows: list[dict],
-    tok,
-    refs: tuple,
-    *,
-    beta: float,
-    n_samples: int,
-    seed: int,
-    batch_size: int = 32,
-    max_length: int | None = None,
-) -> float:
-    """Share of pairs whose implicit reward margin against the reference (``refs``, from
-    :func:`reference_scores` with the same seed and ``max_length``: the same masks) is positive."""
-    (rw, rl), (mw, ml) = (
-        refs,
-        reference_scores(
-            model, conv, rows, tok, n_samples=n_samples, seed=seed, batch_size=batch_size, max_length=max_length
-        ),
-    )
-    return float((beta * (mw - rw) > beta * (ml - rl)).float().mean())
 
 
 @torch.no_grad()

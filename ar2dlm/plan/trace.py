@@ -263,7 +263,7 @@ def trace_gamma_search(config: dict, model_name: str) -> Traced:
     """Peak memory of one forward of AR-MAP's gamma search on ``model_name``'s DLM, on its one GPU: the
     fp32 merged weights, and ``min(elbo_samples, batch_size)`` masked copies of a pair of DPO's
     ``max_length`` tokens scored by the search's own ELBO (``core.likelihood.dlm_elbo``) under bf16
-    autocast without a weight cache (``armap.gamma.scoring_precision``: here on the CPU), in the
+    autocast without a weight cache (``armap.dpo.scoring_precision``: here on the CPU), in the
     attention layout of the model's AR-MAP run."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
