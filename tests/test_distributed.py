@@ -275,7 +275,7 @@ def test_every_collective_of_the_loop_runs_on_the_ranks_gpu(strict_nccl):
         assert not distributed.segment_ends(time.time(), 10.0, 1.0, pg)
         assert distributed.segment_ends(time.time() - 3590, 10.0, 1.0, pg)
         distributed.barrier(pg)
-        assert distributed.gathered({"a": 1}, pg) == [{"a": 1}] * WORLD
+        assert distributed.all_gathered({"a": 1}, pg) == [{"a": 1}] * WORLD
         assert distributed.from_main([3], pg) == [3]
         assert int(whole_batch_count(torch.ones(3, device=gpu), WORLD)) == 3 * WORLD
         # the step's peak memory, the largest over the ranks (both ranks hold the same)

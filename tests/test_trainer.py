@@ -650,7 +650,7 @@ class _ThreadRanks:
 
         self.world, self.barrier, self.slots, self.hashed = world, threading.Barrier(world), [None] * world, []
 
-    def gathered(self, obj, pg):
+    def all_gathered(self, obj, pg):
         self.slots[pg.rank] = obj
         self.barrier.wait()
         out = list(self.slots)
@@ -658,7 +658,7 @@ class _ThreadRanks:
         return out
 
     def from_main(self, obj, pg):
-        return self.gathered(obj, pg)[0]
+        return self.all_gathered(obj, pg)[0]
 
     def run(self, monkeypatch, fn):
         """``fn(pg)`` on every rank at once; each rank's result, and which files each rank hashed."""
@@ -668,7 +668,7 @@ class _ThreadRanks:
         from ar2dlm.training.distributed import ProcessGroup
 
         real = checkpointing.file_sha256
-        monkeypatch.setattr(checkpointing, "gathered", self.gathered)
+        monkeypatch.setattr(checkpointing, "all_gathered", self.all_gathered)
         monkeypatch.setattr(checkpointing, "from_main", self.from_main)
         monkeypatch.setattr(
             checkpointing,

@@ -263,19 +263,20 @@ def claim_inputs(config: dict) -> list[str]:
         if c.armap and c.armap["measure"] == "merged_vs_direct":
             paths += [
                 layout.derived_eval_path(b, *d, name)
-                for d, pd_, b in _armap_evals(config)
-                for name in (layout.armap_name(pd_, c.armap["merge"]), layout.direct_name(pd_, _baseline(c)))
+                for d, pdomain, b in _armap_evals(config)
+                for name in (layout.armap_name(pdomain, c.armap["merge"]), layout.direct_name(pdomain, _baseline(c)))
             ]
             paths += [layout.eval_path(b, d.model, TEACHER) for d, _, b in _armap_evals(config)]  # its floor
             continue
         if c.armap and c.armap["measure"] == "shadowing":
-            paths += [layout.spectra_csv(*d, pd_) for d in armap_dlms(config) for pd_ in config["armap"]["domains"]]
+            domains = config["armap"]["domains"]
+            paths += [layout.spectra_csv(*d, pdomain) for d in armap_dlms(config) for pdomain in domains]
             continue
         if c.armap:
             paths += [
-                layout.gamma_curve(*d, pd_, c.armap["merge"])
+                layout.gamma_curve(*d, pdomain, c.armap["merge"])
                 for d in armap_dlms(config)
-                for pd_ in config["armap"]["domains"]
+                for pdomain in config["armap"]["domains"]
             ]
             continue
         model = claim_model(config, c)
@@ -310,11 +311,11 @@ def _armap_evals(config: dict) -> list[tuple[tuple, str, str]]:
     (armap.dlm_dpo_seeds) on each searched domain's benchmarks."""
     seeds = dlm_dpo_seeds(config)
     return [
-        (d, pd_, b)
+        (d, pdomain, b)
         for d in armap_dlms(config)
         if d.seed in seeds
-        for pd_ in config["armap"]["domains"]
-        for b in config["armap"]["evals"].get(pd_, [])
+        for pdomain in config["armap"]["domains"]
+        for b in config["armap"]["evals"].get(pdomain, [])
     ]
 
 
@@ -326,9 +327,9 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
     # nothing: a median of 0, read as 1e-12)
     if measure == "shadowing":
         diffs = [
-            math.log10(max(_finite(pd.read_csv(layout.spectra_csv(*d, pd_))["shadowing_ratio"]).median(), 1e-12))
+            math.log10(max(_finite(pd.read_csv(layout.spectra_csv(*d, pdomain))["shadowing_ratio"]).median(), 1e-12))
             for d in armap_dlms(config)
-            for pd_ in config["armap"]["domains"]
+            for pdomain in config["armap"]["domains"]
         ]
         return diffs, ARMAP_MEASURES[measure], None
     if measure == "merged_vs_direct":
@@ -336,21 +337,21 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
 
         floor = teacher_floor(config)
         teacher = {(d.model, b): _teacher_score(config, d.model, b) for d, _, b in _armap_evals(config)}
-        cells = [(d, pd_, b) for d, pd_, b in _armap_evals(config) if teacher[d.model, b] >= floor]
+        cells = [(d, pdomain, b) for d, pdomain, b in _armap_evals(config) if teacher[d.model, b] >= floor]
         below = sorted({f"{b} ({score:.3f})" for (_, b), score in teacher.items() if score < floor})
         merged, direct = [], []
-        for d, pd_, b in cells:
+        for d, pdomain, b in cells:
             merged.append(
-                headline_value(config, b, read_json(layout.derived_eval_path(b, *d, layout.armap_name(pd_, merge))))
+                headline_value(config, b, read_json(layout.derived_eval_path(b, *d, layout.armap_name(pdomain, merge))))
             )
             direct.append(
                 headline_value(
-                    config, b, read_json(layout.derived_eval_path(b, *d, layout.direct_name(pd_, _baseline(c))))
+                    config, b, read_json(layout.derived_eval_path(b, *d, layout.direct_name(pdomain, _baseline(c))))
                 )
             )
 
         arms = {f"AR-MAP ({merge})": _mean(merged), DIRECT_LABELS[_baseline(c)]: _mean(direct)}
-        read = ", ".join(sorted({f"{pd_}: {b}" for _, pd_, b in cells}))
+        read = ", ".join(sorted({f"{pdomain}: {b}" for _, pdomain, b in cells}))
         if below:  # a benchmark the AR teacher cannot do shows nothing of what the transfer keeps
             read += f"; left out, the AR teacher below {floor}: {', '.join(below)}"
         label = f"{ARMAP_MEASURES[measure]} ({DIRECT_LABELS[_baseline(c)]}; {read})"
@@ -358,9 +359,9 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
     diffs = []
     for d in armap_dlms(config):
         curves = {
-            pd_: read_json(layout.gamma_curve(*d, pd_, merge))
-            for pd_ in config["armap"]["domains"]
-            if measure != "gamma_order" or pd_ in (c.armap["lower"], c.armap["higher"])
+            pdomain: read_json(layout.gamma_curve(*d, pdomain, merge))
+            for pdomain in config["armap"]["domains"]
+            if measure != "gamma_order" or pdomain in (c.armap["lower"], c.armap["higher"])
         }
         if measure == "gamma_order":
             diffs.append(curves[c.armap["higher"]]["gamma_hat"] - curves[c.armap["lower"]]["gamma_hat"])

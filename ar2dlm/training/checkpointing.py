@@ -27,7 +27,7 @@ import torch
 
 from ..core.models import WEIGHT_HASHES, checkpoint_dir, checkpoint_dirs, file_sha256, load_conventions, save_model
 from ..provenance import read_json, write_json
-from .distributed import ProcessGroup, barrier, from_main, gathered
+from .distributed import ProcessGroup, all_gathered, barrier, from_main
 from .sharding import exported_weights, load_trainer_state, save_trainer_state
 
 STATE_FILE = "trainer_state.pt"  # the generators, step and state hashes; written last, with the state/ folder beside it
@@ -93,7 +93,7 @@ def checkpoint_problem(ckpt: Path, pg: ProcessGroup = _ONE_PROCESS) -> str | Non
         return plan
     mine = even_shares({n: size for n, (_, size) in plan.items()}, pg.world)[pg.rank]
     seen = {}
-    for part in gathered(_hashes(ckpt, mine), pg):
+    for part in all_gathered(_hashes(ckpt, mine), pg):
         seen.update(part)
     bad = sorted(n for n, (digest, _) in plan.items() if seen.get(n) != digest)
     if bad:
@@ -151,7 +151,7 @@ def written_state_hashes(ckpt: Path, pg: ProcessGroup) -> dict[str, str]:
         return int(match.group(1)) if match and int(match.group(1)) < pg.world else 0
 
     out = {}
-    for part in gathered(_hashes(ckpt, [n for n in files if writer(n) == pg.rank]), pg):
+    for part in all_gathered(_hashes(ckpt, [n for n in files if writer(n) == pg.rank]), pg):
         out.update(part)
     return dict(sorted(out.items()))
 

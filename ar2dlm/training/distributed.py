@@ -161,7 +161,7 @@ def segment_ends(start: float, to_next_checkpoint: float, hours: float, pg: Proc
     return bool(_reduced(torch.tensor([late], device=pg.device), pg, "max").item())
 
 
-def gathered(obj, pg: ProcessGroup) -> list:
+def all_gathered(obj, pg: ProcessGroup) -> list:
     """Every process's ``obj`` (small, picklable), in rank order."""
     if pg.world == 1:
         return [obj]
