@@ -19,8 +19,8 @@ rule convert:
     retries: CLUSTER.conversion_retries()
     conda:
         "../envs/ar2dlm.yaml"
-    # one thread per job: on CPUs the tiny model trains 1.37x faster as parallel one-thread jobs than
-    # one two-thread job at a time (2 cores); GPU jobs get their CPUs from the SLURM profile
+    # one thread per job: on CPUs the tiny model trains faster as parallel one-thread jobs than as one
+    # multi-threaded job at a time (small matrices); GPU jobs get their CPUs from the SLURM profile
     threads: 1
     resources:
         **CLUSTER.conversion_resources(),

@@ -69,8 +69,8 @@ def is_hub_id(path: str | None) -> bool:
 
 def cached_per_version(package: str, what: str, key: str, compute, fresh=lambda value: True):
     """``compute()`` once per installed ``package`` version and ``key``, kept in
-    ``~/.cache/ar2dlm/<package>-<version>-<what>.json`` (lm-eval's task index takes 5-50 s to build,
-    importing mteb 3 s); recomputed when ``fresh(value)`` says the kept value went stale."""
+    ``~/.cache/ar2dlm/<package>-<version>-<what>.json`` (lm-eval's task index parses every task's
+    config to build, and mteb's import is slow); recomputed when ``fresh(value)`` says the kept value went stale."""
     from importlib.metadata import version
 
     path = (
@@ -90,10 +90,10 @@ def cached_per_version(package: str, what: str, key: str, compute, fresh=lambda 
 
 
 def lm_eval_yaml_tasks() -> dict[str, str]:
-    """Task name -> YAML file of the installed lm-eval, from its task files' ``task:`` lines: half
-    a second, where lm-eval's own index (``TaskManager``) takes 15-50 s on 2 cores (it found the
-    same file for every task both list). Groups, tags and tasks a file lists are not here: callers
-    fall back to the index for a name this does not know (cached per lm-eval version)."""
+    """Task name -> YAML file of the installed lm-eval, from its task files' ``task:`` lines only,
+    where lm-eval's own index (``TaskManager``) parses every task's config (it found the same file for
+    every task both list). Groups, tags and tasks a file lists are not here: callers fall back to the
+    index for a name this does not know (cached per lm-eval version)."""
 
     def compute():
         import lm_eval.tasks

@@ -161,7 +161,7 @@ def evaluate_harness(
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    # whole task configs need no index of lm-eval's tasks (building one takes 5-50 s)
+    # whole task configs need no index of lm-eval's tasks (building one parses every task's config)
     manager = TaskManager(include_defaults=False) if all(isinstance(t, dict) for t in tasks) else None
     res = simple_evaluate(
         model=lm,

@@ -58,7 +58,7 @@ DEFAULT_LIMITS = {
     "open_files": 64,
     "tmp_bytes": 64 * 1024**2,
 }
-STARTUP_ALLOWANCE_S = 10.0  # bubblewrap and the interpreter's start-up: 0.05 s on 2 idle cores
+STARTUP_ALLOWANCE_S = 10.0  # bubblewrap's and the interpreter's start-up, with room for a loaded machine
 INSTALL_HINT = (
     "install the Debian/Ubuntu package `bubblewrap` (apt-get install bubblewrap; dnf install bubblewrap on Fedora/RHEL)"
 )

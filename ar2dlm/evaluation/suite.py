@@ -219,7 +219,7 @@ BENCHMARK_DATA = ("problems", "code", "math", "preferences")  # the last read as
 
 def installed_tasks(package: str) -> tuple[str, set[str]]:
     """(version, names) of the tasks an installed package registers (lm-eval, mteb), cached per
-    version (building lm-eval's task index takes 15-50 s on 2 cores)."""
+    version (building lm-eval's task index parses every task's config)."""
     from importlib.metadata import version
 
     from ..core.hub import cached_per_version
