@@ -4,7 +4,7 @@ on them. The judge (:mod:`ar2dlm.reporting.claims`) reads these."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..evaluation.suite import BENCHMARK_KINDS
 from .config import ConfigError, benchmark_settings
@@ -18,39 +18,65 @@ HEADLINE = "headline"  # the metric of a claim on several benchmarks: each one's
 STUDY_CLAIM_KEYS = ("study", "run", "against", "model", "benchmark", "metric", "decoding", "equal_flops")
 
 
+@dataclass(frozen=True)
+class Claim:
+    """One entry of ``claims.judged`` (the schema describes each key)."""
+
+    id: str
+    paper: str
+    text: str
+    direction: str  # greater, not_worse or near_best
+    study: str | None = None  # None: an AR-MAP claim
+    run: str | None = None
+    against: str | None = None  # a run of the study, TEACHER or BEST_OTHER
+    model: str | None = None  # None: the study's first model
+    benchmark: str | None = None
+    metric: str | None = None
+    decoding: str = "best"  # or lowest_threshold, default_threshold (benchmarks with one row per decoding setting)
+    equal_flops: bool = False
+    effect: dict | None = None  # the paper's effect: {value, unit: abs | rel, where}
+    armap: dict | None = None  # {measure, merge[, lower, higher, baseline]}: see ARMAP_MEASURES
+    quote: str | None = None  # the sentence of the paper's summary the claim tests (None: beyond the papers)
+
+
+def declared_claims(config: dict) -> list[Claim]:
+    """The claims the preset declares, in its order."""
+    return [Claim(id=cid, **spec) for cid, spec in config.get("claims", {}).get("judged", {}).items()]
+
+
 def _claims(config: dict) -> dict:
     return config.get("claims", {}).get("judged", {})
 
 
 def claim_merges(config: dict) -> set[str]:
     """The merges whose gamma searches AR-MAP's claims read."""
-    return {c["armap"]["merge"] for c in _claims(config).values() if "merge" in c.get("armap", {})}
+    return {c.armap["merge"] for c in declared_claims(config) if c.armap and "merge" in c.armap}
 
 
 def check_claims(config: dict) -> None:
     """Every claim names what exists: a study, runs of it, a benchmark of it and a metric that
     benchmark writes, or a merge of armap.merges."""
-    for cid, c in _claims(config).items():
-        key = f"claims.judged.{cid}"
-        if "armap" in c:
-            if extra := [k for k in STUDY_CLAIM_KEYS if k in c]:
+    for c in declared_claims(config):
+        key = f"claims.judged.{c.id}"
+        if c.armap is not None:
+            if extra := [k for k in STUDY_CLAIM_KEYS if k in _claims(config)[c.id]]:
                 raise ConfigError(
                     f"{key}.{extra[0]}",
                     "an AR-MAP claim (armap:) reads the gamma searches; "
                     f"{', '.join(STUDY_CLAIM_KEYS)} are a study claim's keys",
                 )
-            check_armap_claim(config, key, c["armap"])
-            relative_ok = c["armap"]["measure"] == "merged_vs_direct"
+            check_armap_claim(config, key, c.armap)
+            relative_ok = c.armap["measure"] == "merged_vs_direct"
         else:
-            if c["study"] not in config["studies"]:
-                raise ConfigError(f"{key}.study", f"{c['study']!r} is not a key of studies")
+            if c.study not in config["studies"]:
+                raise ConfigError(f"{key}.study", f"{c.study!r} is not a key of studies")
             check_claim_runs(config, key, c)
             check_claim_metric(config, key, c)
-            benches = c["benchmark"] if isinstance(c["benchmark"], list) else [c["benchmark"]]
+            benches = c.benchmark if isinstance(c.benchmark, list) else [c.benchmark]
             relative_ok = all(
                 b == TRAINING or BENCHMARK_KINDS[config["eval"]["benchmarks"][b]["kind"]].scored for b in benches
             )
-        if c["effect"].get("unit") == "rel" and not relative_ok:
+        if c.effect.get("unit") == "rel" and not relative_ok:
             raise ConfigError(
                 f"{key}.effect.unit",
                 "rel (percent of the compared arm's mean) needs a study claim on a scored benchmark or on "
@@ -103,41 +129,41 @@ def check_armap_claim(config: dict, key: str, spec: dict) -> None:
             raise ConfigError(f"{key}.armap.higher", f"orders {spec['lower']!r} against itself")
 
 
-def check_claim_runs(config: dict, key: str, c: dict) -> None:
+def check_claim_runs(config: dict, key: str, c: Claim) -> None:
     """The compared runs are the study's (or the teacher, or the best other run), on its model."""
-    spec = config["studies"][c["study"]]
-    runs, where = spec["runs"], f"the runs of studies.{c['study']} ({', '.join(spec['runs'])})"
-    if c["run"] not in runs:
-        raise ConfigError(f"{key}.run", f"{c['run']!r} is not one of {where}")
-    if c["against"] not in runs and c["against"] not in (TEACHER, BEST_OTHER):
-        raise ConfigError(f"{key}.against", f"{c['against']!r} is neither teacher, best_other nor one of {where}")
-    if c["against"] == BEST_OTHER and BEST_OTHER in runs:
+    spec = config["studies"][c.study]
+    runs, where = spec["runs"], f"the runs of studies.{c.study} ({', '.join(spec['runs'])})"
+    if c.run not in runs:
+        raise ConfigError(f"{key}.run", f"{c.run!r} is not one of {where}")
+    if c.against not in runs and c.against not in (TEACHER, BEST_OTHER):
+        raise ConfigError(f"{key}.against", f"{c.against!r} is neither teacher, best_other nor one of {where}")
+    if c.against == BEST_OTHER and BEST_OTHER in runs:
         raise ConfigError(f"{key}.against", f"{BEST_OTHER} is ambiguous: the study has a run of that name")
-    if c["against"] == c["run"] or (c["against"] == BEST_OTHER and len(runs) < 2):
-        raise ConfigError(f"{key}.against", f"compares {c['run']!r} with itself")
-    if c.get("equal_flops") and c["against"] == TEACHER:
+    if c.against == c.run or (c.against == BEST_OTHER and len(runs) < 2):
+        raise ConfigError(f"{key}.against", f"compares {c.run!r} with itself")
+    if c.equal_flops and c.against == TEACHER:
         raise ConfigError(f"{key}.equal_flops", "the AR teacher has no training FLOPs to compare")
     models = study_models(config, spec)
-    model = c.get("model", models[0])
+    model = c.model or models[0]
     if model not in models:
         raise ConfigError(
-            f"{key}.model", f"{model!r} is not one of the models of studies.{c['study']} ({', '.join(models)})"
+            f"{key}.model", f"{model!r} is not one of the models of studies.{c.study} ({', '.join(models)})"
         )
-    for r in (c["run"], c["against"]):
+    for r in (c.run, c.against):
         if r in runs and model not in resolve_run(config, r)["models"]:
             raise ConfigError(f"{key}.model", f"run {r!r} does not train on {model!r}")
 
 
-def check_claim_metric(config: dict, key: str, c: dict, in_list: bool = False) -> None:
+def check_claim_metric(config: dict, key: str, c: Claim, in_list: bool = False) -> None:
     """The claim's benchmark is one of its study's, and writes the metric it reads."""
-    study, name, metric = c["study"], c["benchmark"], c["metric"]
+    study, name, metric = c.study, c.benchmark, c.metric
     if isinstance(name, list):  # the mean over several benchmarks, each on its headline metric
         if metric != HEADLINE:
             raise ConfigError(f"{key}.metric", f"a claim on several benchmarks reads each one's {HEADLINE!r} metric")
-        if c.get("decoding", "best") != "best":
+        if c.decoding != "best":
             raise ConfigError(f"{key}.decoding", "a claim on several benchmarks reads each one's headline (best) row")
         for b in name:
-            check_claim_metric(config, key, {**c, "benchmark": b}, in_list=True)
+            check_claim_metric(config, key, replace(c, benchmark=b), in_list=True)
         return
     if metric == HEADLINE and not in_list:
         raise ConfigError(f"{key}.metric", f"{HEADLINE!r} is the metric of a claim on a list of benchmarks")
@@ -145,7 +171,7 @@ def check_claim_metric(config: dict, key: str, c: dict, in_list: bool = False) -
         if metric not in TRAINING_METRICS:
             known = ", ".join(TRAINING_METRICS)
             raise ConfigError(f"{key}.metric", f"{metric!r} is not a metric of training ({known})")
-        if c["against"] == TEACHER:
+        if c.against == TEACHER:
             raise ConfigError(f"{key}.against", "the AR teacher has no conversion run to read training from")
         return
     if name not in config["studies"][study]["evals"]:
@@ -159,7 +185,7 @@ def check_claim_metric(config: dict, key: str, c: dict, in_list: bool = False) -
         if not kind.scored:
             raise ConfigError(f"{key}.benchmark", f"{name} (kind {bench['kind']}) has no score in [0, 1] to average")
         return
-    if metric in kind.rates and c.get("decoding", "best") == "best":
+    if metric in kind.rates and c.decoding == "best":
         raise ConfigError(
             f"{key}.decoding",
             f"{metric} of the best row is the fastest setting whatever its accuracy: read lowest_threshold or "
@@ -181,39 +207,13 @@ def check_claim_metric(config: dict, key: str, c: dict, in_list: bool = False) -
         raise ConfigError(
             f"{key}.metric", f"{metric} needs the evalplus format; eval.benchmarks.{name} is {bench.get('format')}"
         )
-    if c.get("decoding", "best") != "best" and not kind.rows:
+    if c.decoding != "best" and not kind.rows:
         raise ConfigError(
             f"{key}.decoding",
             f"benchmark {name} (kind {bench['kind']}) writes one result, not one row per decoding setting",
         )
-    if c.get("decoding") == "default_threshold" and bench["threshold"] not in bench.get("thresholds", []):
+    if c.decoding == "default_threshold" and bench["threshold"] not in bench.get("thresholds", []):
         raise ConfigError(
             f"{key}.decoding",
             f"benchmark {name} sweeps thresholds {bench.get('thresholds')}, not its own {bench['threshold']}",
         )
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One entry of ``claims.judged`` (the schema describes each key)."""
-
-    id: str
-    paper: str
-    text: str
-    direction: str  # greater, not_worse or near_best
-    study: str | None = None  # None: an AR-MAP claim
-    run: str | None = None
-    against: str | None = None  # a run of the study, TEACHER or BEST_OTHER
-    model: str | None = None  # None: the study's first model
-    benchmark: str | None = None
-    metric: str | None = None
-    decoding: str = "best"  # or lowest_threshold, default_threshold (benchmarks with one row per decoding setting)
-    equal_flops: bool = False
-    effect: dict | None = None  # the paper's effect: {value, unit: abs | rel, where}
-    armap: dict | None = None  # {measure, merge[, lower, higher, baseline]}: see ARMAP_MEASURES
-    quote: str | None = None  # the sentence of the paper's summary the claim tests (None: beyond the papers)
-
-
-def declared_claims(config: dict) -> list[Claim]:
-    """The claims the preset declares, in its order."""
-    return [Claim(id=cid, **spec) for cid, spec in config.get("claims", {}).get("judged", {}).items()]
