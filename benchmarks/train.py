@@ -27,7 +27,7 @@ from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.pipeline.runs import resolve_run
 from ar2dlm.provenance import library_versions, read_json, write_json
 from ar2dlm.training.distributed import barrier, process_group
-from ar2dlm.training.trainer import train_run
+from ar2dlm.training.trainer import TrainJob, train_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def timed_run(run, teacher, corpus, steps, skip, work: Path, launch: dict, pg) -
     if pg.main:
         shutil.rmtree(work, ignore_errors=True)  # a killed attempt's final checkpoint would skip every step
     barrier(pg)
-    train_run(run, teacher, corpus, work, seed=0, preset="bench", model_name="bench", launch=launch)
+    train_run(TrainJob(run, teacher, corpus, work, seed=0, preset="bench", model_name="bench", launch=launch))
     if not pg.main:
         return None
     rows = [json.loads(line) for line in (work / "log.jsonl").read_text().splitlines()][skip:]

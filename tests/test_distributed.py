@@ -295,7 +295,7 @@ def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_
     from ar2dlm.pipeline.runs import resolve_run
     from ar2dlm.provenance import write_jsonl
     from ar2dlm.training.teacher import ar_conventions
-    from ar2dlm.training.trainer import train_run
+    from ar2dlm.training.trainer import TrainJob, train_run
     from tests.conftest import REPO
     from tests.shared import TINY_ARCH
 
@@ -319,13 +319,15 @@ def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_
     monkeypatch.setattr(torch.nn.Module, "to", module_to)
     with pytest.raises(FirstMove):
         train_run(
-            run,
-            tmp_path / "teacher",
-            tmp_path / "corpus.jsonl",
-            tmp_path / "out",
-            seed=0,
-            preset="smoke",
-            model_name="tiny",
+            TrainJob(
+                run,
+                tmp_path / "teacher",
+                tmp_path / "corpus.jsonl",
+                tmp_path / "out",
+                seed=0,
+                preset="smoke",
+                model_name="tiny",
+            )
         )
     kinds = strict_nccl.kinds()
     assert kinds.index("set_device") < kinds.index("init") < kinds.index("module.to") < kinds.index("destroy")

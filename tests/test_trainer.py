@@ -18,7 +18,7 @@ from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.pipeline.runs import resolve_run
 from ar2dlm.provenance import write_jsonl
 from ar2dlm.training.teacher import ar_conventions
-from ar2dlm.training.trainer import run_conventions, train_run
+from ar2dlm.training.trainer import TrainJob, run_conventions, train_run
 from tests.conftest import REPO
 from tests.shared import TINY_ARCH, convert_argv, torchrun
 
@@ -52,7 +52,9 @@ def run_cfg(name, **training):
 
 
 def train(setup, run, out, seed=0):
-    return train_run(run, setup / "teacher", setup / "corpus.jsonl", out, seed=seed, preset="smoke", model_name="tiny")
+    return train_run(
+        TrainJob(run, setup / "teacher", setup / "corpus.jsonl", out, seed=seed, preset="smoke", model_name="tiny")
+    )
 
 
 def log(out):
@@ -93,14 +95,16 @@ def test_tensorboard_receives_every_logged_row(setup, tmp_path):
 
     run = run_cfg("mdlm", steps=4)
     train_run(
-        run,
-        setup / "teacher",
-        setup / "corpus.jsonl",
-        tmp_path / "run",
-        seed=0,
-        preset="smoke",
-        model_name="tiny",
-        tracking={"backend": "tensorboard", "project": "p", "directory": tmp_path / "tb"},
+        TrainJob(
+            run,
+            setup / "teacher",
+            setup / "corpus.jsonl",
+            tmp_path / "run",
+            seed=0,
+            preset="smoke",
+            model_name="tiny",
+            tracking={"backend": "tensorboard", "project": "p", "directory": tmp_path / "tb"},
+        )
     )
     events = EventAccumulator(str(tmp_path / "tb" / "tiny" / "mdlm" / "seed0"))
     events.Reload()
@@ -222,9 +226,9 @@ def test_opd_targets_come_from_the_teacher_on_x0(setup):
 
 KILL_SCRIPT = """
 import sys, json
-from ar2dlm.training.trainer import train_run
+from ar2dlm.training.trainer import TrainJob, train_run
 run, root, out = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
-train_run(run, root + "/teacher", root + "/corpus.jsonl", out, seed=0, preset="smoke", model_name="tiny")
+train_run(TrainJob(run, root + "/teacher", root + "/corpus.jsonl", out, seed=0, preset="smoke", model_name="tiny"))
 """
 
 
@@ -273,11 +277,11 @@ def test_nan_loss_stops_without_overwriting_the_last_checkpoint(setup, tmp_path,
 
 DDP_SCRIPT = """
 import json, sys
-from ar2dlm.training.trainer import train_run
+from ar2dlm.training.trainer import TrainJob, train_run
 run, root, out = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 launch = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None
-print(json.dumps(train_run(run, root + "/teacher", root + "/corpus.jsonl", out, seed=0, preset="smoke",
-                           model_name="tiny", launch=launch)))
+print(json.dumps(train_run(TrainJob(run, root + "/teacher", root + "/corpus.jsonl", out, seed=0, preset="smoke",
+                           model_name="tiny", launch=launch))))
 """
 
 
@@ -388,19 +392,25 @@ def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_p
         for i, e in enumerate(ends):
             if len(e):
                 assert (ids[i, int(e[0]) :] == tok.eos_token_id).all() and valid[i].all()
-    train_run(copy.deepcopy(run), setup / "teacher", rows, tmp_path / "disk", seed=0, preset="smoke", model_name="tiny")
+    train_run(
+        TrainJob(
+            copy.deepcopy(run), setup / "teacher", rows, tmp_path / "disk", seed=0, preset="smoke", model_name="tiny"
+        )
+    )
     train(setup, copy.deepcopy(run), tmp_path / "file")
     a, b = weights(tmp_path / "disk" / "step_3"), weights(tmp_path / "file" / "step_3")
     assert all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(ValueError, match="holds rows of 64 tokens; the run trains on 32"):
         train_run(
-            run_cfg(name, steps=3, seq_len=32),
-            setup / "teacher",
-            rows,
-            tmp_path / "bad",
-            seed=0,
-            preset="smoke",
-            model_name="tiny",
+            TrainJob(
+                run_cfg(name, steps=3, seq_len=32),
+                setup / "teacher",
+                rows,
+                tmp_path / "bad",
+                seed=0,
+                preset="smoke",
+                model_name="tiny",
+            )
         )
 
 
@@ -599,14 +609,16 @@ def test_a_staged_run_starts_from_its_source_runs_final_weights_and_counts_its_c
     with pytest.raises(ValueError, match="give that run's manifest"):
         train(setup, staged, tmp_path / "refused")
     info = train_run(
-        staged,
-        setup / "teacher",
-        setup / "corpus.jsonl",
-        tmp_path / "opd",
-        seed=0,
-        preset="smoke",
-        model_name="tiny",
-        init_from=tmp_path / "ed" / "train.json",
+        TrainJob(
+            staged,
+            setup / "teacher",
+            setup / "corpus.jsonl",
+            tmp_path / "opd",
+            seed=0,
+            preset="smoke",
+            model_name="tiny",
+            init_from=tmp_path / "ed" / "train.json",
+        )
     )
     final_source = weights(checkpoint_dir(tmp_path / "ed", 4))
     started = weights(checkpoint_dir(tmp_path / "opd", 2))

@@ -509,7 +509,7 @@ def train_dpo_sharded(
     from ..core.models import checkpoint_dir, load_conventions
     from ..provenance import read_jsonl, write_jsonl
     from ..training.distributed import barrier, setup
-    from ..training.trainer import train_run
+    from ..training.trainer import TrainJob, train_run
 
     if cfg.get("lora"):
         raise ValueError("sharded DPO is full DPO: a LoRA adapter trains on one GPU through TRL (train_dpo)")
@@ -526,7 +526,9 @@ def train_dpo_sharded(
     conventions = load_conventions(model_dir)
     run = sharded_dpo_run(cfg, conventions, launch or {})
     t0 = time.time()
-    info = train_run(run, model_dir, pairs, work, seed=seed, preset="", model_name=Path(model_dir).name, launch=launch)
+    info = train_run(
+        TrainJob(run, model_dir, pairs, work, seed=seed, preset="", model_name=Path(model_dir).name, launch=launch)
+    )
     if info["stopped_at"] is not None:  # a segment of a run planned in several: its retry resumes
         return {"stopped_at": info["stopped_at"], "steps": cfg["steps"]}
     if rank != 0:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..provenance import log_to, write_json
 from .tracking import exported
-from .trainer import train_run
+from .trainer import TrainJob, train_run
 
 SEGMENT_DONE = 75  # EX_TEMPFAIL: a segment of a run planned in several ended
 
@@ -53,16 +53,18 @@ def main(argv: list[str] | None = None) -> None:
         log_to(a.job_log if rank == 0 else f"{a.job_log}.rank{rank}", a.threads)
     out = Path(a.out)
     info = train_run(
-        json.loads(a.settings),
-        a.teacher,
-        a.corpus,
-        out.parent,
-        seed=a.seed,
-        preset=a.preset,
-        model_name=a.model,
-        launch=json.loads(a.launch),
-        tracking=json.loads(a.tracking) if a.tracking else exported(),
-        init_from=a.init_from,
+        TrainJob(
+            json.loads(a.settings),
+            a.teacher,
+            a.corpus,
+            out.parent,
+            seed=a.seed,
+            preset=a.preset,
+            model_name=a.model,
+            launch=json.loads(a.launch),
+            tracking=json.loads(a.tracking) if a.tracking else exported(),
+            init_from=a.init_from,
+        )
     )
     if info["stopped_at"] is not None:
         print(

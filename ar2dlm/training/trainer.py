@@ -13,6 +13,7 @@ sharded with FSDP2 (``sharding``) and each rank takes its share of the batch.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,6 +35,32 @@ from .steplog import StepLog
 from .tracking import Tracker
 
 LAUNCH_KEYS = ("activation_checkpointing",)  # training keys that change how a run uses memory, not what it computes
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """One conversion job: the run's resolved settings, the teacher folder and training data it reads, the
+    folder it writes (``out_dir``: checkpoints, log.jsonl), its identity (seed, preset, model name), where
+    its steps are tracked (backend, project, directory) and how it is launched (the memory planner's
+    choices: ``activation_checkpointing``, else the run's setting; ``shard_teacher``, FSDP2 on the frozen
+    teacher too; ``gpus``; ``stop_after_hours``: checkpoint and return with ``stopped_at`` set once the next
+    checkpoint would pass that time, one segment of a run longer than a job may last). A staged run
+    (``init: {run: NAME}``) starts from the final checkpoint of ``init_from`` (that run's manifest)."""
+
+    run: dict
+    teacher_dir: Path | str
+    corpus_path: Path | str
+    out_dir: Path | str
+    seed: int
+    preset: str
+    model_name: str
+    tracking: dict | None = None  # None: no tracker
+    launch: dict | None = None  # None: the run's own settings on the processes it finds
+    init_from: Path | str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.model_name}/{self.run['name']}/seed{self.seed}"
 
 
 def run_conventions(run: dict, tokenizer) -> Conventions:
@@ -115,10 +142,11 @@ def initial_model(run: dict, teacher_dir, init_from, seed: int):
     return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(teacher_dir)), dtype=torch.float32)
 
 
-def prepared_student(run: dict, teacher_dir, init_from, seed: int, objective, teacher, device, launch: dict):
+def prepared_student(job: TrainJob, objective, teacher, device):
     """The student on ``device`` with its frozen groups, its parameters counted for the FLOP count
     (before sharding) and activation checkpointing where asked; the frozen parameters' names."""
-    model = initial_model(run, teacher_dir, init_from, seed)
+    run, launch = job.run, job.launch or {}
+    model = initial_model(run, job.teacher_dir, job.init_from, job.seed)
     set_training_attention(model, device)
     frozen = freeze(model, run["freeze"])
     objective.count_parameters(model, teacher)
@@ -138,30 +166,20 @@ def shard_models(model, teacher, dtype: str, pg: ProcessGroup, launch: dict) -> 
         shard(teacher, dtype, mesh, frozen=True)
 
 
-def manifest(
-    run: dict,
-    model_name: str,
-    seed: int,
-    start: int,
-    out_dir: Path,
-    log: StepLog,
-    seconds: float,
-    stopped_at,
-    dtype: str,
-    init_from,
-) -> dict:
+def manifest(job: TrainJob, start: int, log: StepLog, seconds: float, stopped_at, dtype: str) -> dict:
     """What ``train.json`` records (rank 0): steps, checkpoints, time, tokens and FLOPs summed from
     the log (one row per step across a killed attempt and its resumption); a staged run adds its
     source run's tokens and FLOPs (``tokens_with_init``, ``flops.with_init``)."""
     rows = log.rows() if log.enabled else None
     flops = {k: sum(r.get(f"flops_{k}", 0.0) for r in rows) for k in FLOP_PARTS} if rows is not None else None
+    run, init_from = job.run, job.init_from
     info = {
         "run": run["name"],
-        "model": model_name,
-        "seed": seed,
+        "model": job.model_name,
+        "seed": job.seed,
         "steps": run["training"]["steps"],
         "resumed_from": start,
-        "checkpoints": checkpoint_steps(out_dir),
+        "checkpoints": checkpoint_steps(Path(job.out_dir)),
         "wall_seconds": round(seconds, 1),
         "train_seconds": None if rows is None else round(sum(r["step_s"] for r in rows), 4),
         "tokens": None if rows is None else sum(r["tokens"] for r in rows),
@@ -177,14 +195,15 @@ def manifest(
     return info
 
 
-def checkpoint_info(run: dict, model_name: str, preset: str, seed: int, frozen: int, dtype: str) -> dict:
+def checkpoint_info(job: TrainJob, frozen: int, dtype: str) -> dict:
     """What every checkpoint's conventions JSON records of the run that wrote it."""
+    run = job.run
     return {
         "method": run["method"],
         "run": run["name"],
-        "model": model_name,
-        "preset": preset,
-        "seed": seed,
+        "model": job.model_name,
+        "preset": job.preset,
+        "seed": job.seed,
         "run_settings": {k: v for k, v in run.items() if k != "name"},
         "frozen_parameters": frozen,
         "versions": library_versions(dtype),
@@ -199,30 +218,13 @@ def step_log(out_dir: Path, start: int, pg: ProcessGroup, tracking: dict, name: 
     return StepLog(out_dir / "log.jsonl", start=start, enabled=pg.main, tracker=tracker)
 
 
-def train_run(
-    run: dict,
-    teacher_dir,
-    corpus_path,
-    out_dir,
-    *,
-    seed: int,
-    preset: str,
-    model_name: str,
-    tracking: dict | None = None,
-    launch: dict | None = None,
-    init_from=None,
-) -> dict:
-    """Train one conversion run into ``out_dir``; a staged run (``init: {run: NAME}``) starts from
-    the final checkpoint of ``init_from`` (that run's manifest). ``tracking`` (backend, project,
-    directory) also sends each step's log row to an experiment tracker. ``launch`` (the memory
-    planner's choices): ``activation_checkpointing`` (else the run's setting), ``shard_teacher``
-    (FSDP2 on the frozen teacher too), ``stop_after_hours`` (checkpoint and return with
-    ``stopped_at`` set once the next checkpoint would pass that time: one segment of a run longer
-    than a job may last)."""
+def train_run(job: TrainJob) -> dict:
+    """Train one conversion run into ``job.out_dir``; returns its manifest (``train.json``'s content)."""
     from transformers import AutoTokenizer
 
-    check_staged(run, init_from)
-    tr, launch, out_dir, tracking = run["training"], launch or {}, Path(out_dir), tracking or {"backend": "none"}
+    run, seed, launch, out_dir = job.run, job.seed, job.launch or {}, Path(job.out_dir)
+    teacher_dir, tr = job.teacher_dir, run["training"]
+    check_staged(run, job.init_from)
     # first: each process owns its GPU before any CUDA work (and stops if it has none the plan gave it)
     with process_group(planned_gpus=launch.get("gpus", 0)) as pg:
         micro = micro_batch_size(tr, pg.world)
@@ -230,20 +232,20 @@ def train_run(
         conv = run_conventions(run, tok)
         objective = objective_for(run, conv, seed)
         load_conventions(teacher_dir)  # the teacher folder must be one this project wrote
-        batches = training_batches(corpus_path, objective, tok, tr["seq_len"], micro, seed)
+        batches = training_batches(job.corpus_path, objective, tok, tr["seq_len"], micro, seed)
         dtype = resolve_dtype(tr["dtype"], pg.device)  # auto: bf16 where the device computes it natively
         teacher = load_teacher(teacher_dir, objective, dtype, pg.device)
-        model, frozen = prepared_student(run, teacher_dir, init_from, seed, objective, teacher, pg.device, launch)
+        model, frozen = prepared_student(job, objective, teacher, pg.device)
         computed = {**run, "training": {k: v for k, v in tr.items() if k not in LAUNCH_KEYS}}
         settings = {"run": computed, "seed": seed, "teacher": str(teacher_dir)}
-        info = checkpoint_info(run, model_name, preset, seed, len(frozen), dtype)
+        info = checkpoint_info(job, len(frozen), dtype)
         checkpoints = Checkpoints(out_dir, pg, tr, tok, conv, settings, info)
         checkpoints.prepare()  # settings kept or superseded, corrupt checkpoints set aside
         shard_models(model, teacher, dtype, pg, launch)
         opt = optimizer(model, tr)
         gen = torch.Generator().manual_seed(seed * 1000)  # masks and timesteps: one stream, the same on every process
         start = checkpoints.resume(model, opt, gen)
-        log = step_log(out_dir, start, pg, tracking, f"{model_name}/{run['name']}/seed{seed}", run)
+        log = step_log(out_dir, start, pg, job.tracking or {"backend": "none"}, job.label, run)
         loop = Loop(model, teacher, objective, opt, tr, pg, dtype, gen, log, f"run {run['name']} seed {seed}")
         t_run = time.time()
         try:
@@ -251,4 +253,4 @@ def train_run(
         finally:
             log.close()
         barrier(pg)
-        return manifest(run, model_name, seed, start, out_dir, log, time.time() - t_run, stopped_at, dtype, init_from)
+        return manifest(job, start, log, time.time() - t_run, stopped_at, dtype)
