@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from .data import share
 from .distributed import ProcessGroup, all_finite, peak_memory, segment_ends, summed, whole_batch_values
+from .objective import Objective
 from .schedule import autocast, lr_at
 from .sharding import grad_norm_value
 from .steplog import StepLog
@@ -48,7 +49,7 @@ class Loop:
 
     model: torch.nn.Module
     teacher: torch.nn.Module | None
-    objective: object
+    objective: Objective
     opt: torch.optim.Optimizer
     training: dict
     pg: ProcessGroup
