@@ -18,6 +18,7 @@ autocast over the fp32 merge.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -25,42 +26,58 @@ from .dpo import reference_scores, reward_accuracy, scorable
 from .merge import stream_merge
 
 
+@dataclass(frozen=True)
+class GammaSearch:
+    """One search's settings: the gamma grid, the merge and its options, DPO's beta, the ELBO's mask
+    draws per pair and masked copies per forward, the seed of its masks (and of the merge's drops), and
+    DPO's ``max_length`` the pairs are cut to."""
+
+    grid: tuple[float, ...]
+    merge: str
+    options: dict
+    beta: float
+    n_samples: int
+    seed: int
+    batch_size: int = 32
+    max_length: int | None = None
+
+    @classmethod
+    def from_config(cls, cfg: dict, merge: str, seed: int) -> GammaSearch:
+        """From ``armap.gamma`` (with ``merges``: its merges' options) for ``merge``."""
+        return cls(
+            grid=tuple(cfg["grid"]),
+            merge=merge,
+            options=cfg["merges"][merge],
+            beta=cfg["beta"],
+            n_samples=cfg["elbo_samples"],
+            seed=seed,
+            batch_size=cfg["batch_size"],
+            max_length=cfg.get("max_length"),
+        )
+
+
 @torch.no_grad()
-def gamma_search(
-    model,
-    conv,
-    tok,
-    dlm,
-    tuned,
-    pre,
-    rows: list[dict],
-    *,
-    grid: list[float],
-    merge: str,
-    options: dict,
-    beta: float,
-    n_samples: int,
-    seed: int,
-    batch_size: int = 32,
-    max_length: int | None = None,
-) -> dict:
-    """The reward-accuracy curve over ``grid``; ``model`` (the DLM's architecture) is set to each
-    merge ``dlm + gamma * merged(tuned - pre)`` from the folders' weights (``FolderWeights``), one
-    tensor at a time, and ends at gamma_hat. Pairs are cut to ``max_length`` as DPO cut them."""
+def gamma_search(model, conv, tok, weights: tuple, rows: list[dict], search: GammaSearch) -> dict:
+    """The reward-accuracy curve over ``search.grid``; ``model`` (the DLM's architecture) is set to each
+    merge ``dlm + gamma * merged(tuned - pre)`` from the folders' weights (``weights``: the DLM's, the
+    DPO'd teacher's and the teacher's ``FolderWeights``), one tensor at a time, and ends at gamma_hat.
+    Pairs are cut to ``max_length`` as DPO cut them."""
+    dlm, tuned, pre = weights
 
     def set_gamma(gamma):
-        return stream_merge(model, dlm, tuned, pre, gamma, merge, options, seed)
+        return stream_merge(model, dlm, tuned, pre, gamma, search.merge, search.options, search.seed)
 
     halves = {"search": rows[0::2], "test": rows[1::2]}
-    kw = dict(n_samples=n_samples, seed=seed, batch_size=batch_size, max_length=max_length)
+    kw = dict(n_samples=search.n_samples, seed=search.seed, batch_size=search.batch_size, max_length=search.max_length)
     set_gamma(0)
     refs = {name: reference_scores(model, conv, part, tok, **kw) for name, part in halves.items()}
     curve = []
-    for gamma in grid:
+    for gamma in search.grid:
         t0 = time.time()
         set_gamma(gamma)
         acc = {
-            name: reward_accuracy(model, conv, part, tok, refs[name], beta=beta, **kw) for name, part in halves.items()
+            name: reward_accuracy(model, conv, part, tok, refs[name], beta=search.beta, **kw)
+            for name, part in halves.items()
         }
         curve.append(
             {
@@ -76,11 +93,11 @@ def gamma_search(
         "curve": curve,
         "gamma_hat": best["gamma"],
         "reward_accuracy_at_gamma_hat": best["reward_accuracy"],
-        "merge": merge,
-        "options": options,
-        "beta": beta,
-        "elbo_samples": n_samples,
-        "max_length": max_length,
-        "search_pairs": len(scorable(tok, halves["search"], max_length)),
-        "test_pairs": len(scorable(tok, halves["test"], max_length)),
+        "merge": search.merge,
+        "options": search.options,
+        "beta": search.beta,
+        "elbo_samples": search.n_samples,
+        "max_length": search.max_length,
+        "search_pairs": len(scorable(tok, halves["search"], search.max_length)),
+        "test_pairs": len(scorable(tok, halves["test"], search.max_length)),
     }

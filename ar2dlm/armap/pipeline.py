@@ -8,7 +8,7 @@ import torch
 
 from ..core.models import FolderWeights, load_model, resolve_device, save_model
 from ..provenance import library_versions, read_jsonl, write_json
-from .gamma import gamma_search
+from .gamma import GammaSearch, gamma_search
 from .spectra import streamed_spectra
 
 
@@ -42,23 +42,7 @@ def search(teacher_dir, dpo_dir, dlm_dir, eval_rows: list[dict], cfg: dict, merg
     model, tok, conv, info = load_model(dlm_dir, dtype=torch.float32)
     if not conv.is_diffusion:
         raise ValueError(f"{dlm_dir} is causal; AR-MAP transfers preferences to a DLM")
-    result = gamma_search(
-        model,
-        conv,
-        tok,
-        dlm,
-        dpo,
-        ar,
-        eval_rows,
-        grid=cfg["grid"],
-        merge=merge,
-        options=cfg["merges"][merge],
-        beta=cfg["beta"],
-        n_samples=cfg["elbo_samples"],
-        seed=seed,
-        batch_size=cfg["batch_size"],
-        max_length=cfg.get("max_length"),
-    )
+    result = gamma_search(model, conv, tok, (dlm, dpo, ar), eval_rows, GammaSearch.from_config(cfg, merge, seed))
     result.update(
         dlm=str(dlm_dir),
         preference_model=str(dpo_dir),
