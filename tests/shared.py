@@ -3,6 +3,7 @@ test teacher and torchrun's command line. Plain Python (no pytest), so that a be
 
 import json
 import sys
+from pathlib import Path
 
 TINY_ARCH = {  # a 2-layer, 32-wide Qwen3: a teacher built in milliseconds
     "hidden_size": 32,
@@ -17,6 +18,16 @@ TINY_ARCH = {  # a 2-layer, 32-wide Qwen3: a teacher built in milliseconds
 def torchrun(nproc: int = 2) -> list[str]:
     """The command that starts ``nproc`` local processes with torchrun; the script and its arguments follow."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+
+
+def smoke_job(root, run: dict, out, seed: int = 0, **job):
+    """A smoke conversion job of ``run`` reading ``root``/teacher and ``root``/corpus.jsonl into ``out``."""
+    from ar2dlm.training.trainer import TrainJob
+
+    root = Path(root)
+    return TrainJob(
+        run, root / "teacher", root / "corpus.jsonl", out, seed=seed, preset="smoke", model_name="tiny", **job
+    )
 
 
 def convert_argv(run: dict, teacher, corpus, out, preset: str = "smoke", model: str = "tiny") -> list[str]:

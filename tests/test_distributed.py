@@ -295,9 +295,9 @@ def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_
     from ar2dlm.pipeline.runs import resolve_run
     from ar2dlm.provenance import write_jsonl
     from ar2dlm.training.teacher import ar_conventions
-    from ar2dlm.training.trainer import TrainJob, train_run
+    from ar2dlm.training.trainer import train_run
     from tests.conftest import REPO
-    from tests.shared import TINY_ARCH
+    from tests.shared import TINY_ARCH, smoke_job
 
     class FirstMove(Exception):
         pass
@@ -318,17 +318,7 @@ def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_
     run["training"].update({"batch_size": 8, "grad_accum": 1, "seq_len": 64, "dtype": "auto"})
     monkeypatch.setattr(torch.nn.Module, "to", module_to)
     with pytest.raises(FirstMove):
-        train_run(
-            TrainJob(
-                run,
-                tmp_path / "teacher",
-                tmp_path / "corpus.jsonl",
-                tmp_path / "out",
-                seed=0,
-                preset="smoke",
-                model_name="tiny",
-            )
-        )
+        train_run(smoke_job(tmp_path, run, tmp_path / "out"))
     kinds = strict_nccl.kinds()
     assert kinds.index("set_device") < kinds.index("init") < kinds.index("module.to") < kinds.index("destroy")
     assert ("module.to", f"cuda:{LOCAL_RANK}") in strict_nccl.calls

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -18,9 +19,9 @@ from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.pipeline.runs import resolve_run
 from ar2dlm.provenance import write_jsonl
 from ar2dlm.training.teacher import ar_conventions
-from ar2dlm.training.trainer import TrainJob, run_conventions, train_run
+from ar2dlm.training.trainer import run_conventions, train_run
 from tests.conftest import REPO
-from tests.shared import TINY_ARCH, convert_argv, torchrun
+from tests.shared import TINY_ARCH, convert_argv, smoke_job, torchrun
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +52,8 @@ def run_cfg(name, **training):
     return run
 
 
-def train(setup, run, out, seed=0):
-    return train_run(
-        TrainJob(run, setup / "teacher", setup / "corpus.jsonl", out, seed=seed, preset="smoke", model_name="tiny")
-    )
+def train(setup, run, out, seed=0, **job):
+    return train_run(smoke_job(setup, run, out, seed, **job))
 
 
 def log(out):
@@ -94,17 +93,8 @@ def test_tensorboard_receives_every_logged_row(setup, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = run_cfg("mdlm", steps=4)
-    train_run(
-        TrainJob(
-            run,
-            setup / "teacher",
-            setup / "corpus.jsonl",
-            tmp_path / "run",
-            seed=0,
-            preset="smoke",
-            model_name="tiny",
-            tracking={"backend": "tensorboard", "project": "p", "directory": tmp_path / "tb"},
-        )
+    train(
+        setup, run, tmp_path / "run", tracking={"backend": "tensorboard", "project": "p", "directory": tmp_path / "tb"}
     )
     events = EventAccumulator(str(tmp_path / "tb" / "tiny" / "mdlm" / "seed0"))
     events.Reload()
@@ -392,26 +382,12 @@ def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_p
         for i, e in enumerate(ends):
             if len(e):
                 assert (ids[i, int(e[0]) :] == tok.eos_token_id).all() and valid[i].all()
-    train_run(
-        TrainJob(
-            copy.deepcopy(run), setup / "teacher", rows, tmp_path / "disk", seed=0, preset="smoke", model_name="tiny"
-        )
-    )
+    train_run(replace(smoke_job(setup, copy.deepcopy(run), tmp_path / "disk"), corpus_path=rows))
     train(setup, copy.deepcopy(run), tmp_path / "file")
     a, b = weights(tmp_path / "disk" / "step_3"), weights(tmp_path / "file" / "step_3")
     assert all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(ValueError, match="holds rows of 64 tokens; the run trains on 32"):
-        train_run(
-            TrainJob(
-                run_cfg(name, steps=3, seq_len=32),
-                setup / "teacher",
-                rows,
-                tmp_path / "bad",
-                seed=0,
-                preset="smoke",
-                model_name="tiny",
-            )
-        )
+        train_run(replace(smoke_job(setup, run_cfg(name, steps=3, seq_len=32), tmp_path / "bad"), corpus_path=rows))
 
 
 def test_a_run_planned_in_segments_stops_with_a_checkpoint_and_its_retry_finishes(setup, tmp_path):
@@ -608,18 +584,7 @@ def test_a_staged_run_starts_from_its_source_runs_final_weights_and_counts_its_c
     staged["init"] = {"run": "ed"}
     with pytest.raises(ValueError, match="give that run's manifest"):
         train(setup, staged, tmp_path / "refused")
-    info = train_run(
-        TrainJob(
-            staged,
-            setup / "teacher",
-            setup / "corpus.jsonl",
-            tmp_path / "opd",
-            seed=0,
-            preset="smoke",
-            model_name="tiny",
-            init_from=tmp_path / "ed" / "train.json",
-        )
-    )
+    info = train(setup, staged, tmp_path / "opd", init_from=tmp_path / "ed" / "train.json")
     final_source = weights(checkpoint_dir(tmp_path / "ed", 4))
     started = weights(checkpoint_dir(tmp_path / "opd", 2))
     assert all(torch.equal(final_source[k], started[k]) for k in final_source)
