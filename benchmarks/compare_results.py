@@ -12,12 +12,14 @@ at. Exits 1 when something else differs.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-SPEED = ("tokens/s", "tokens_per_s", "seconds", "wall")
+# a measured speed or time in a column's name or a claim's measure (tokens_per_step is a count, not a speed)
+SPEED = re.compile(r"tokens/s|tokens_per_s\b|seconds|wall")
 PROVENANCE = ("commit",)  # the checkout that computed a row: differs by design between the two runs
 # what a claim is, compared even where its measure is a speed (the rest of such a row is measured)
 CLAIM_IDENTITY = ("id", "paper", "claim", "study", "measure", "test", "seeds", "quote")
@@ -29,14 +31,14 @@ def frames(root: Path) -> dict[str, pd.DataFrame]:
 
 
 def compared(column: str) -> bool:
-    return column not in PROVENANCE and not any(s in column for s in SPEED)
+    return column not in PROVENANCE and not SPEED.search(column)
 
 
 def measures_speed(frame: pd.DataFrame) -> pd.Series:
     """The rows of a claims table whose measure is a speed (all False for other tables)."""
     if "measure" not in frame.columns:
         return pd.Series(False, index=frame.index)
-    return frame["measure"].astype(str).map(lambda m: any(s in m for s in SPEED))
+    return frame["measure"].astype(str).map(lambda m: bool(SPEED.search(m)))
 
 
 def compare(before: Path, after: Path) -> list[str]:
