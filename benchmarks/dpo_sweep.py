@@ -96,7 +96,7 @@ def main() -> None:
     a = ap.parse_args()
     out_path = a.out.resolve()
 
-    from ar2dlm.armap.dpo import train_dpo
+    from ar2dlm.armap.dpo import DpoJob, train_dpo
     from ar2dlm.armap.pipeline import preference_rows
     from ar2dlm.core.models import final_checkpoint
     from ar2dlm.pipeline.config import merge_preset
@@ -142,7 +142,7 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix="dpo_sweep_"))
         try:
             t1 = time.time()
-            prov = train_dpo(teacher, train, held, work / "model", cfg, a.seed, domains)
+            prov = train_dpo(DpoJob(teacher, train, held, work / "model", cfg, a.seed, domains))
             row = {"setting": json.dumps(own, sort_keys=True), "reward_acc": prov["reward_accuracy"]}
             row["rank_acc"] = rank(work / "model")
             for b, v in scores(config, work / "model", benches, a.seed, a.limit).items():

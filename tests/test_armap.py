@@ -177,11 +177,11 @@ def _check_lora_delta(base_dir, dpo_dir, r: int) -> None:
 
 @pytest.mark.parametrize("lora", [None, LORA], ids=["full", "lora"])
 def test_ar_dpo_with_trl_raises_held_out_reward_accuracy(models, tmp_path, lora):
-    from ar2dlm.armap.dpo import train_dpo
+    from ar2dlm.armap.dpo import DpoJob, train_dpo
 
     rows = _pairs(40)
     cfg = {"beta": 0.1, "steps": 30, "lr": 3e-3, "batch_size": 8, "max_length": 128, "lora": lora}
-    info = train_dpo(models / "ar", rows[:32], rows[32:], tmp_path / "dpo", cfg, seed=0, domains=["math"])
+    info = train_dpo(DpoJob(models / "ar", rows[:32], rows[32:], tmp_path / "dpo", cfg, seed=0, domains=["math"]))
     assert info["reward_accuracy_before"] == 0.0 and info["reward_accuracy"] > 0.5
     assert load_model(tmp_path / "dpo").info["method"] == "ar_dpo"
     if lora:
@@ -190,7 +190,7 @@ def test_ar_dpo_with_trl_raises_held_out_reward_accuracy(models, tmp_path, lora)
 
 @pytest.mark.parametrize("lora", [None, LORA], ids=["full", "lora"])
 def test_dlm_dpo_learns_its_training_pairs(models, tmp_path, lora):
-    from ar2dlm.armap.dpo import train_dpo
+    from ar2dlm.armap.dpo import DpoJob, train_dpo
 
     rows = _pairs(16)
     cfg = {
@@ -204,7 +204,7 @@ def test_dlm_dpo_learns_its_training_pairs(models, tmp_path, lora):
         "eval_elbo_samples": 4,
         "lora": lora,
     }
-    info = train_dpo(models / "dlm", rows, rows, tmp_path / "dpo", cfg, seed=0, domains=["math"])
+    info = train_dpo(DpoJob(models / "dlm", rows, rows, tmp_path / "dpo", cfg, seed=0, domains=["math"]))
     assert info["reward_accuracy_before"] == 0.0 and info["reward_accuracy"] > 0.6
     losses = [r["loss"] for r in info["log"] if "loss" in r]  # TRL's log, every 10 steps
     assert losses[-1] < losses[0]
@@ -230,7 +230,7 @@ def test_dlm_preference_baselines_learn_their_training_pairs(models, tmp_path, e
     made = []
     make = dpo.make_trainer
     with mock.patch.object(dpo, "make_trainer", lambda *a, **k: made.append(make(*a, **k)) or made[-1]):
-        info = dpo.train_dpo(models / "dlm", rows, rows, tmp_path / "out", cfg, seed=0, domains=["math"])
+        info = dpo.train_dpo(dpo.DpoJob(models / "dlm", rows, rows, tmp_path / "out", cfg, seed=0, domains=["math"]))
     assert info["reward_accuracy_before"] == 0.0 and info["reward_accuracy"] > 0.6
     losses = [r["loss"] for r in info["log"] if "loss" in r]
     assert losses[-1] < losses[0]
@@ -310,7 +310,7 @@ def test_full_dpo_sharded_over_two_processes_learns_like_one(models, tmp_path, k
     import os
     import subprocess
 
-    from ar2dlm.armap.dpo import train_dpo_sharded
+    from ar2dlm.armap.dpo import DpoJob, train_dpo_sharded
     from ar2dlm.provenance import write_jsonl
 
     rows = _pairs(40)
@@ -355,7 +355,9 @@ def test_full_dpo_sharded_over_two_processes_learns_like_one(models, tmp_path, k
     assert two["sharded"]["processes"] == 2 and two["method"] == ("ar_dpo" if kind == "ar" else "dlm_dpo")
     assert two["reward_accuracy_before"] == 0.0 and two["reward_accuracy"] > 0.5
     assert two["log"][-1]["dpo"] < two["log"][0]["dpo"]
-    one = train_dpo_sharded(models / kind, rows[:32], rows[32:], tmp_path / "one", cfg, seed=0, domains=["math"])
+    one = train_dpo_sharded(
+        DpoJob(models / kind, rows[:32], rows[32:], tmp_path / "one", cfg, seed=0, domains=["math"])
+    )
     assert one["sharded"]["processes"] == 1
     a, b = FolderWeights(tmp_path / "one"), FolderWeights(tmp_path / "two")
     assert all(torch.allclose(a[n], b[n], atol=2e-4) for n in a.names())

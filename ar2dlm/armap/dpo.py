@@ -44,6 +44,8 @@ import contextlib
 import shutil
 import time
 import zlib
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -55,6 +57,23 @@ from ..provenance import library_versions
 from .segments import checkpoint_step, last_checkpoint, publish, run_settings, scored_once, stop_before_limit, work_dir
 
 FIELDS = ("prompt", "chosen", "rejected")
+
+
+@dataclass(frozen=True)
+class DpoJob:
+    """One DPO run: the model folder it starts from (the AR teacher, or a DLM: AR-MAP's direct
+    baseline), its training and held-out preference pairs and their domains, the folder it writes, its
+    settings (an ``armap.dpo`` or ``armap.dlm_<objective>`` section) and seed, and how it is launched
+    (``stop_after_hours``: a segment that stops before the last step writes no result; ``gpus``)."""
+
+    model_dir: Path | str
+    train_rows: list[dict]
+    eval_rows: list[dict]
+    out_dir: Path | str
+    cfg: dict
+    seed: int
+    domains: list[str]
+    launch: dict | None = None
 
 
 def scorable(tok, rows: list[dict], max_length: int | None) -> list[dict]:
@@ -240,16 +259,17 @@ class _ElboOutput:
         self.aux_loss = None
 
 
-def make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, output_dir):
+def make_trainer(model, ref, tok, conv, job: DpoJob, output_dir: str):
     """TRL's DPOTrainer for a causal model, ``DLMDPOTrainer`` for a DLM (``conv`` says which), or
     with ``objective: simpo`` in ``cfg`` ``DLMSimPOTrainer`` (TRL's CPO trainer, SimPO loss); a
     LoRA adapter when ``cfg`` has ``lora``; with neither LoRA nor ``ref``, a causal model's
     reference log-probabilities are precomputed."""
     from trl import DPOTrainer
 
+    cfg, seed = job.cfg, job.seed
     data = dict(
-        train_dataset=_dataset(train_rows),
-        eval_dataset=_dataset(eval_rows),
+        train_dataset=_dataset(job.train_rows),
+        eval_dataset=_dataset(job.eval_rows),
         processing_class=tok,
         peft_config=lora_config(cfg.get("lora")),
     )
@@ -349,26 +369,18 @@ def _dlm_simpo_trainer_class():
     return DLMSimPOTrainer
 
 
-def train_dpo(
-    model_dir,
-    train_rows: list[dict],
-    eval_rows: list[dict],
-    out_dir,
-    cfg: dict,
-    seed: int,
-    domains: list[str],
-    launch: dict | None = None,
-) -> dict:
+def train_dpo(job: DpoJob) -> dict:
     """DPO of the model in ``model_dir`` (the AR teacher, or a DLM: AR-MAP's direct baseline) on
     preference pairs; saves an HF folder with the model's conventions and the provenance: TRL's
     log, and the held-out reward accuracy before and after (for a DLM, scored with the core ELBO on
     ``eval_elbo_samples`` masks, as AR-MAP's gamma search scores it). Resumes from the last
     checkpoint of ``<out_dir>.train/``; with ``stop_after_hours`` in ``launch``, a segment that
     stops before the last step returns ``{"stopped_at": step}`` and writes no result."""
+    model_dir, cfg, seed, eval_rows = job.model_dir, job.cfg, job.seed, job.eval_rows
     lora = cfg.get("lora")
     gpu = torch.cuda.is_available()
     t0 = time.time()
-    work = work_dir(out_dir, run_settings(model_dir, cfg, seed, train_rows, eval_rows))
+    work = work_dir(job.out_dir, run_settings(model_dir, cfg, seed, job.train_rows, eval_rows))
     resume = last_checkpoint(work)
     model, tok, conv, info = load_model(model_dir, dtype=torch.bfloat16 if lora and gpu else torch.float32)
     # the reference: the adapter disabled (LoRA), precomputed log-probabilities (full DPO of a causal
@@ -387,39 +399,39 @@ def train_dpo(
             return reward_accuracy(m, conv, eval_rows, tok, refs, beta=cfg["beta"], **kw)
 
         before = scored_once(work / "accuracy_before.pt", lambda: score(model))
-        trainer = make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, str(work))
-        if not _train(trainer, cfg, launch or {}, t0, resume):
+        trainer = make_trainer(model, ref, tok, conv, job, str(work))
+        if not _train(trainer, cfg, job.launch or {}, t0, resume):
             return {"stopped_at": trainer.state.global_step, "steps": cfg["steps"]}
         trained = _merged(trainer.model)
         after, eval_loss = score(trained), None
     else:
-        trainer = make_trainer(model, ref, tok, conv, train_rows, eval_rows, cfg, seed, str(work))
+        trainer = make_trainer(model, ref, tok, conv, job, str(work))
         before = trainer.evaluate()["eval_rewards/accuracies"]
-        if not _train(trainer, cfg, launch or {}, t0, resume):
+        if not _train(trainer, cfg, job.launch or {}, t0, resume):
             return {"stopped_at": trainer.state.global_step, "steps": cfg["steps"]}
         result = trainer.evaluate()
         after, eval_loss = result["eval_rewards/accuracies"], result["eval_loss"]
         trained = _merged(trainer.model)
-    provenance = dpo_provenance(conv, model_dir, domains, seed, cfg, len(train_rows), len(eval_rows), before, after)
+    provenance = dpo_provenance(job, conv, before, after)
     provenance |= {"eval_loss": eval_loss, "resumed_from_step": checkpoint_step(resume)}
     provenance |= {"wall_seconds": round(time.time() - t0, 1), "log": trainer.state.log_history}
-    publish(trained, tok, out_dir, provenance)
+    publish(trained, tok, job.out_dir, provenance)
     shutil.rmtree(work)  # the run is complete: its checkpoints resume nothing
     return provenance
 
 
-def dpo_provenance(conv, model_dir, domains, seed, cfg, train_pairs, eval_pairs, before, after) -> dict:
+def dpo_provenance(job: DpoJob, conv, before: float, after: float) -> dict:
     """What every DPO result records, one process or sharded: the model, its data and its reward
     accuracy before and after (the caller adds how it trained)."""
     return {
         **conv.to_dict(),
-        "method": f"dlm_{objective(cfg)}" if conv.is_diffusion else "ar_dpo",
-        "base_model": str(model_dir),
-        "domains": domains,
-        "seed": seed,
-        "dpo": cfg,
-        "train_pairs": train_pairs,
-        "eval_pairs": eval_pairs,
+        "method": f"dlm_{objective(job.cfg)}" if conv.is_diffusion else "ar_dpo",
+        "base_model": str(job.model_dir),
+        "domains": job.domains,
+        "seed": job.seed,
+        "dpo": job.cfg,
+        "train_pairs": len(job.train_rows),
+        "eval_pairs": len(job.eval_rows),
         "reward_accuracy_before": before,
         "reward_accuracy": after,
         "versions": library_versions(),
@@ -490,44 +502,34 @@ def pair_reward_accuracy(model, ref, tok, conv, rows: list[dict], cfg: dict, see
     return float((cfg["beta"] * margin > 0).float().mean())
 
 
-def train_dpo_sharded(
-    model_dir,
-    train_rows: list[dict],
-    eval_rows: list[dict],
-    out_dir,
-    cfg: dict,
-    seed: int,
-    domains: list[str],
-    launch: dict | None = None,
-) -> dict | None:
+def train_dpo_sharded(job: DpoJob) -> dict | None:
     """Full DPO under torchrun, every process calling this: the trainer's checkpoints go to
     ``<out_dir>.train/`` (a killed job resumes there, on any number of processes), and rank 0 writes
     the final weights to ``out_dir`` with the provenance ``train_dpo`` writes. A segment stopped by
     ``stop_after_hours`` returns ``{"stopped_at": step}`` on every process."""
-    from pathlib import Path
-
     from ..core.models import checkpoint_dir, load_conventions
     from ..provenance import read_jsonl, write_jsonl
     from ..training.distributed import barrier, setup
     from ..training.trainer import TrainJob, train_run
 
+    model_dir, cfg, seed = job.model_dir, job.cfg, job.seed
     if cfg.get("lora"):
         raise ValueError("sharded DPO is full DPO: a LoRA adapter trains on one GPU through TRL (train_dpo)")
     if objective(cfg) != "dpo":
         raise ValueError(f"sharded training runs DPO only; {objective(cfg)} trains on one GPU through TRL (train_dpo)")
     pg = setup()  # the process group of the caller's ``distributed.process_group`` (dpo_run), or one process
     world, rank = pg.world, pg.rank
-    work = Path(f"{out_dir}.train")
+    work = Path(f"{job.out_dir}.train")
     pairs = work / "pairs.jsonl"
     if rank == 0:
         work.mkdir(parents=True, exist_ok=True)
-        write_jsonl(pairs, [{k: r[k] for k in FIELDS} for r in train_rows])
+        write_jsonl(pairs, [{k: r[k] for k in FIELDS} for r in job.train_rows])
     barrier(pg)
     conventions = load_conventions(model_dir)
-    run = sharded_dpo_run(cfg, conventions, launch or {})
+    run = sharded_dpo_run(cfg, conventions, job.launch or {})
     t0 = time.time()
     info = train_run(
-        TrainJob(run, model_dir, pairs, work, seed=seed, preset="", model_name=Path(model_dir).name, launch=launch)
+        TrainJob(run, model_dir, pairs, work, seed=seed, preset="", model_name=Path(model_dir).name, launch=job.launch)
     )
     if info["stopped_at"] is not None:  # a segment of a run planned in several: its retry resumes
         return {"stopped_at": info["stopped_at"], "steps": cfg["steps"]}
@@ -536,11 +538,11 @@ def train_dpo_sharded(
     final = checkpoint_dir(work, cfg["steps"])
     model, tok, conv, _ = load_model(final)
     ref = load_model(model_dir).model.eval()
-    before, after = (pair_reward_accuracy(m, ref, tok, conv, eval_rows, cfg, seed) for m in (ref, model))
-    provenance = dpo_provenance(conv, model_dir, domains, seed, cfg, len(train_rows), len(eval_rows), before, after)
+    before, after = (pair_reward_accuracy(m, ref, tok, conv, job.eval_rows, cfg, seed) for m in (ref, model))
+    provenance = dpo_provenance(job, conv, before, after)
     provenance |= {"eval_loss": None, "sharded": {"processes": world, "trainer": info}}
     provenance |= {"wall_seconds": round(time.time() - t0, 1), "log": read_jsonl(work / "log.jsonl")}
-    save_model(model, tok, out_dir, provenance)
+    save_model(model, tok, job.out_dir, provenance)
     return provenance
 
 

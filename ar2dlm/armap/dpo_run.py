@@ -15,7 +15,7 @@ from ..core.models import device_problem, final_checkpoint
 from ..provenance import log_to
 from ..training.convert_run import SEGMENT_DONE
 from ..training.distributed import process_group
-from .dpo import train_dpo, train_dpo_sharded
+from .dpo import DpoJob, train_dpo, train_dpo_sharded
 from .pipeline import preference_rows
 
 
@@ -49,11 +49,12 @@ def main(argv: list[str] | None = None) -> None:
     launch = json.loads(a.launch)
     if problem := device_problem(launch.get("gpus", 0)):  # before any model loads
         sys.exit(f"no GPU for this process: {problem}")
+    job = DpoJob(model, train, held, a.out, cfg, a.seed, a.domains, launch)
     if world > 1:
         with process_group():  # each process on its own GPU, the group destroyed at the end
-            result = train_dpo_sharded(model, train, held, a.out, cfg, a.seed, a.domains, launch)
+            result = train_dpo_sharded(job)
     else:
-        result = train_dpo(model, train, held, a.out, cfg, a.seed, a.domains, launch)
+        result = train_dpo(job)
     if result is not None and result.get("stopped_at") is not None:
         print(
             f"stopped after step {result['stopped_at']} of {result['steps']} with a checkpoint, before the job's "
