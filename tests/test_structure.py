@@ -125,6 +125,21 @@ def test_layers_point_down_only():
     assert max(map(_rank, library)) < _rank("pipeline") < _rank("reporting")
 
 
+LONGEST_FUNCTION = 80  # lines from its `def` to its last, docstring included
+
+
+def test_no_function_of_the_package_is_longer_than_80_lines():
+    """A function that needs more than a screen is split where its steps part (checks by section, a
+    tracer's model set-up, a folder's row table)."""
+    long = [
+        f"{f.relative_to(REPO)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)"
+        for f in sorted(PACKAGE.rglob("*.py"))
+        for n in ast.walk(ast.parse(f.read_text()))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > LONGEST_FUNCTION
+    ]
+    assert not long, "\n".join(long)
+
+
 def test_the_package_is_subpackages_only():
     """The core, training, methods, evaluation, AR-MAP, data, pipeline bookkeeping and reporting each
     have a subpackage; the top level keeps only the shared provenance helpers."""
