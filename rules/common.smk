@@ -259,6 +259,7 @@ def token_rows_resources():
         return {}
 
     def resources(wc):
-        return tokenize_resources(token_rows_plan(wc), token_rows_plan(wc).shards == 1 or "shard" in wc.keys())
+        plan = token_rows_plan(wc)
+        return tokenize_resources(plan, plan.shards == 1 or "shard" in wc.keys())
 
     return {"mem_mb": lambda wc: resources(wc)["mem_mb"], "runtime": lambda wc: resources(wc)["runtime"]}

@@ -75,6 +75,9 @@ class DpoJob:
     domains: list[str]
     launch: dict | None = None
 
+    def __post_init__(self):  # None given: no planned launch ({})
+        object.__setattr__(self, "launch", self.launch or {})
+
 
 def scorable(tok, rows: list[dict], max_length: int | None) -> list[dict]:
     """The rows TRL's DPO keeps at ``max_length`` (truncation_mode keep_start): those whose prompt
@@ -400,14 +403,14 @@ def train_dpo(job: DpoJob) -> dict:
 
         before = scored_once(work / "accuracy_before.pt", lambda: score(model))
         trainer = make_trainer(model, ref, tok, conv, job, str(work))
-        if not _train(trainer, cfg, job.launch or {}, t0, resume):
+        if not _train(trainer, cfg, job.launch, t0, resume):
             return {"stopped_at": trainer.state.global_step, "steps": cfg["steps"]}
         trained = _merged(trainer.model)
         after, eval_loss = score(trained), None
     else:
         trainer = make_trainer(model, ref, tok, conv, job, str(work))
         before = trainer.evaluate()["eval_rewards/accuracies"]
-        if not _train(trainer, cfg, job.launch or {}, t0, resume):
+        if not _train(trainer, cfg, job.launch, t0, resume):
             return {"stopped_at": trainer.state.global_step, "steps": cfg["steps"]}
         result = trainer.evaluate()
         after, eval_loss = result["eval_rewards/accuracies"], result["eval_loss"]
@@ -526,7 +529,7 @@ def train_dpo_sharded(job: DpoJob) -> dict | None:
         write_jsonl(pairs, [{k: r[k] for k in FIELDS} for r in job.train_rows])
     barrier(pg)
     conventions = load_conventions(model_dir)
-    run = sharded_dpo_run(cfg, conventions, job.launch or {})
+    run = sharded_dpo_run(cfg, conventions, job.launch)
     t0 = time.time()
     info = train_run(
         TrainJob(run, model_dir, pairs, work, seed=seed, preset="", model_name=Path(model_dir).name, launch=job.launch)

@@ -54,9 +54,13 @@ class TrainJob:
     seed: int
     preset: str
     model_name: str
-    tracking: dict | None = None  # None: no tracker
-    launch: dict | None = None  # None: the run's own settings on the processes it finds
+    tracking: dict | None = None  # None: no tracker ({"backend": "none"})
+    launch: dict | None = None  # None: the run's own settings on the processes it finds ({})
     init_from: Path | str | None = None
+
+    def __post_init__(self):  # None given for either: no tracker, the run's own launch settings
+        object.__setattr__(self, "tracking", self.tracking or {"backend": "none"})
+        object.__setattr__(self, "launch", self.launch or {})
 
     @property
     def label(self) -> str:
@@ -145,7 +149,7 @@ def initial_model(run: dict, teacher_dir, init_from, seed: int):
 def prepared_student(job: TrainJob, objective, teacher, device):
     """The student on ``device`` with its frozen groups, its parameters counted for the FLOP count
     (before sharding) and activation checkpointing where asked; the frozen parameters' names."""
-    run, launch = job.run, job.launch or {}
+    run, launch = job.run, job.launch
     model = initial_model(run, job.teacher_dir, job.init_from, job.seed)
     set_training_attention(model, device)
     frozen = freeze(model, run["freeze"])
@@ -222,7 +226,7 @@ def train_run(job: TrainJob) -> dict:
     """Train one conversion run into ``job.out_dir``; returns its manifest (``train.json``'s content)."""
     from transformers import AutoTokenizer
 
-    run, seed, launch, out_dir = job.run, job.seed, job.launch or {}, Path(job.out_dir)
+    run, seed, launch, out_dir = job.run, job.seed, job.launch, Path(job.out_dir)
     teacher_dir, tr = job.teacher_dir, run["training"]
     check_staged(run, job.init_from)
     # first: each process owns its GPU before any CUDA work (and stops if it has none the plan gave it)
@@ -245,7 +249,7 @@ def train_run(job: TrainJob) -> dict:
         opt = optimizer(model, tr)
         gen = torch.Generator().manual_seed(seed * 1000)  # masks and timesteps: one stream, the same on every process
         start = checkpoints.resume(model, opt, gen)
-        log = step_log(out_dir, start, pg, job.tracking or {"backend": "none"}, job.label, run)
+        log = step_log(out_dir, start, pg, job.tracking, job.label, run)
         loop = Loop(model, teacher, objective, opt, tr, pg, dtype, gen, log, f"run {run['name']} seed {seed}")
         t_run = time.time()
         try:
