@@ -31,6 +31,10 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ar2dlm.pipeline.resolved import Resolved
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,20 +67,19 @@ def rank_accuracy(model_dir, rows: list[dict], max_length: int) -> float:
     return float((lw > ll).float().mean())
 
 
-def scores(config: dict, model_dir, benches: list[str], seed: int, limit: int | None) -> dict[str, float]:
-    from ar2dlm.evaluation.suite import BENCHMARK_KINDS, run_benchmark
+def scores(resolved: Resolved, model_dir, benches: list[str], seed: int, limit: int | None) -> dict[str, float]:
+    from ar2dlm.evaluation.suite import run_benchmark
     from ar2dlm.pipeline import layout
-    from ar2dlm.pipeline.config import benchmark_settings
-    from ar2dlm.reporting.tables import headline_value
 
     out = {}
     for bench in benches:
-        spec = benchmark_settings(config, bench)
+        benchmark = resolved.benchmarks[bench]
+        spec = benchmark.settings
         if limit is not None:
             spec["limit"] = limit or None  # 0: every held-out item
-        inputs = layout.benchmark_inputs(bench, BENCHMARK_KINDS[spec["kind"]].reads(spec))
+        inputs = layout.benchmark_inputs(bench, benchmark.kind.reads(spec))
         res = run_benchmark(bench, spec, model_dir, inputs, seed=seed)
-        out[bench] = round(headline_value(config, bench, res), 4)
+        out[bench] = round(benchmark.headline_value(res), 4)
     return out
 
 
@@ -100,9 +103,11 @@ def main() -> None:
     from ar2dlm.armap.pipeline import preference_rows
     from ar2dlm.core.models import final_checkpoint
     from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.pipeline.resolved import resolve
     from ar2dlm.provenance import deep_merge, write_json
 
-    config = merge_preset({"preset": a.preset}, REPO / "config")
+    resolved = resolve(merge_preset({"preset": a.preset}, REPO / "config"))
+    config = resolved.config
     if not a.results.is_dir():
         ap.error(f"{a.results} is not a folder")
     os.chdir(a.results.resolve().parent)  # result paths are relative to the run's working directory
@@ -129,7 +134,7 @@ def main() -> None:
     held = preference_rows([layout.preference_file(d, "eval") for d in domains], base["eval_pairs"])
 
     t0 = time.time()
-    ref = scores(config, teacher, benches, a.seed, a.limit)
+    ref = scores(resolved, teacher, benches, a.seed, a.limit)
 
     def rank(m):
         return None if a.dlm else rank_accuracy(m, held, base["max_length"])
@@ -145,7 +150,7 @@ def main() -> None:
             prov = train_dpo(DpoJob(teacher, train, held, work / "model", cfg, a.seed, domains))
             row = {"setting": json.dumps(own, sort_keys=True), "reward_acc": prov["reward_accuracy"]}
             row["rank_acc"] = rank(work / "model")
-            for b, v in scores(config, work / "model", benches, a.seed, a.limit).items():
+            for b, v in scores(resolved, work / "model", benches, a.seed, a.limit).items():
                 row[b] = v
                 row[f"{b}_kept"] = round(v / ref[b], 3) if ref[b] else None
             row["wall_s"] = round(time.time() - t1, 1)

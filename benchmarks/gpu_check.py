@@ -329,10 +329,10 @@ def prepare(ctx: Context) -> None:
 def run_settings(ctx: Context, family: str, dtype: str) -> dict:
     """The tiny preset's run of ``family``, at this check's sizes."""
     from ar2dlm.pipeline.config import merge_preset
-    from ar2dlm.pipeline.runs import resolve_run
+    from ar2dlm.pipeline.resolved import resolve
 
     s = ctx.sizes
-    run = resolve_run(merge_preset({"preset": "tiny"}, REPO / "config"), FAMILIES[family])
+    run = resolve(merge_preset({"preset": "tiny"}, REPO / "config")).run(FAMILIES[family]).as_dict()
     run["training"].update(
         {
             "steps": s["steps"],

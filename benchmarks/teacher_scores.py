@@ -23,12 +23,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "tiny" / "teacher_scores.json")
     a = ap.parse_args()
     from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.pipeline.resolved import resolve
     from ar2dlm.provenance import read_json, write_json
-    from ar2dlm.reporting.tables import headline_metric, headline_value
 
     if not a.results.is_dir():
         raise SystemExit(f"{a.results} is not a folder: give a finished run's results/ folder")
-    config = merge_preset({"preset": a.preset}, REPO / "config")
+    resolved = resolve(merge_preset({"preset": a.preset}, REPO / "config"))
+    config = resolved.config
     os.chdir(a.results.parent)  # result paths are relative to the run's working directory
     from ar2dlm.pipeline import layout
 
@@ -40,8 +41,8 @@ def main() -> None:
                 continue
             res = read_json(path)
             scores[bench] = {
-                "metric": headline_metric(config, bench),
-                "value": round(headline_value(config, bench, res), 4),
+                "metric": resolved.benchmarks[bench].headline_metric,
+                "value": round(resolved.benchmarks[bench].headline_value(res), 4),
             }
             provenance = {"commit": res.get("provenance", {}).get("commit"), "machine": res["versions"].get("machine")}
     if not scores:  # never writes an empty record over the one kept

@@ -32,8 +32,8 @@ def trace_in_process(configfile: str, job: str) -> dict:
     script = (
         "import json, sys\nfrom dataclasses import asdict\nfrom ar2dlm.pipeline.checks import checked_config\n"
         "from ar2dlm.pipeline.config import read_config_file\nfrom ar2dlm.plan.trace import trace_job\n"
-        "config = checked_config(read_config_file(sys.argv[1]), sys.argv[3])\n"
-        "print(json.dumps(asdict(trace_job(config, sys.argv[2]))))"
+        "resolved = checked_config(read_config_file(sys.argv[1]), sys.argv[3])\n"
+        "print(json.dumps(asdict(trace_job(resolved, sys.argv[2]))))"
     )
     proc = subprocess.run(
         [sys.executable, "-c", script, configfile, job, str(REPO / "config")],
@@ -56,16 +56,16 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", nargs="*", help="model/run jobs (default: every conversion job of the config)")
     ap.add_argument("--out", help="write the traces as JSON here")
     args = ap.parse_args(argv)
-    config = checked_config(read_config_file(args.configfile), REPO / "config")
-    plans = {p.job: p for p in plan_jobs(config)}
+    resolved = checked_config(read_config_file(args.configfile), REPO / "config")
+    plans = {p.job: p for p in plan_jobs(resolved)}
     # AR-MAP's one-GPU jobs with a training or scoring step: the gamma search, DPO through TRL
     armap = [
         j.job
-        for j in plan_one_gpu_jobs(config)
+        for j in plan_one_gpu_jobs(resolved)
         if j.job.startswith("gamma_search/") or (j.job.startswith(("dpo_teacher/", "dlm_dpo/")) and j.gpus == 1)
     ]
     jobs = args.jobs or [*plans, *armap]
-    gpu_gb = config["cluster"]["gpu_memory_gb"]
+    gpu_gb = resolved.config["cluster"]["gpu_memory_gb"]
     rows, skipped = [], []
     for job in jobs:
         traced = trace_in_process(args.configfile, job)

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from ar2dlm.pipeline.config import merge_preset
-from ar2dlm.pipeline.runs import resolve_run
+from ar2dlm.pipeline.resolved import Resolved, resolve
 from ar2dlm.provenance import library_versions, read_json, write_json
 from ar2dlm.training.distributed import barrier, process_group
 from ar2dlm.training.trainer import TrainJob, train_run
@@ -54,7 +54,7 @@ def timed_run(run, teacher, corpus, steps, skip, work: Path, launch: dict, pg) -
     }
 
 
-def gpu_mfu(config, rows: int = 4, seq: int = 2048, peak_tflops: float = 989.0) -> dict:
+def gpu_mfu(resolved: Resolved, rows: int = 4, seq: int = 2048, peak_tflops: float = 989.0) -> dict:
     """bf16 tokens/s and MFU of a randomly initialised Qwen3-0.6B-shaped model at length ``seq``, for
     the baseline and aligned runs (CUDA only): ``benchmarks/gpu_step.py``'s step, with the run's own
     objective and activation checkpointing, the planner's FLOPs and memory beside it."""
@@ -65,8 +65,9 @@ def gpu_mfu(config, rows: int = 4, seq: int = 2048, peak_tflops: float = 989.0) 
 
     shape = QWEN3_SHAPES["Qwen/Qwen3-0.6B-Base"]
     out = {}
-    for name in (config["bench"]["train_runs"]["baseline"], config["bench"]["train_runs"]["aligned"]):
-        run = resolve_run(config, name)
+    roles = resolved.config["bench"]["train_runs"]
+    for name in (roles["baseline"], roles["aligned"]):
+        run = resolved.run(name).as_dict()
         run["training"].update({"seq_len": seq, "batch_size": rows, "grad_accum": 1, "activation_checkpointing": True})
         r = step_case(shape, run, rows, seq, "flex_attention", steps=20)
         out[name] = {
@@ -94,20 +95,21 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    config = merge_preset({"preset": a.preset}, REPO / "config")
+    resolved = resolve(merge_preset({"preset": a.preset}, REPO / "config"))
+    config = resolved.config
     launch = json.loads(a.launch)
     work = Path(a.out).with_suffix(".work")
     with process_group(planned_gpus=launch.get("gpus", 0)) as pg:  # every process of the job times each run
         roles = config["bench"]["train_runs"]  # baseline, aligned, frozen
         runs = {
-            name: timed_run(resolve_run(config, name), a.teacher, a.corpus, a.steps, a.skip, work / name, launch, pg)
+            name: timed_run(resolved.run(name).as_dict(), a.teacher, a.corpus, a.steps, a.skip, work / name, launch, pg)
             for name in roles.values()
         }
         main = pg.main
     if not main:
         return
     shutil.rmtree(work, ignore_errors=True)
-    gpu = gpu_mfu(config) if torch.cuda.is_available() else "no CUDA GPU here: MFU not measured"
+    gpu = gpu_mfu(resolved) if torch.cuda.is_available() else "no CUDA GPU here: MFU not measured"
     baseline, aligned, frozen = (runs[roles[r]] for r in ("baseline", "aligned", "frozen"))
     result = {
         "runs": runs,

@@ -54,9 +54,9 @@ METHOD_RUNS = {"mdlm": "mdlm", "repr_align": "ra", "efficient_dlm": "ed", "opdlm
 
 def case_run(run_name: str, rows: int, seq: int, checkpointing: bool) -> dict:
     from ar2dlm.pipeline.config import merge_preset
-    from ar2dlm.pipeline.runs import resolve_run
+    from ar2dlm.pipeline.resolved import resolve
 
-    run = resolve_run(merge_preset({"preset": "tiny"}, REPO / "config"), run_name)
+    run = resolve(merge_preset({"preset": "tiny"}, REPO / "config")).run(run_name).as_dict()
     run["training"].update(
         {
             "dtype": "fp32",

@@ -103,14 +103,14 @@ rule dlm_preference:
     benchmark:
         layout.bench_path("armap/dlm_{objective}_{model}_{run}_seed{seed}_{pdomain}")
     # a run planned in segments: each job stops with a checkpoint before its runtime, the retry resumes
-    retries: CLUSTER.dpo_retries(*(f"dlm_{o}" for o in direct_objectives(config)))
+    retries: CLUSTER.dpo_retries(*(f"dlm_{o}" for o in direct_objectives(config["armap"])))
     conda:
         "../envs/ar2dlm.yaml"
     threads: 1
     resources:
         **CLUSTER.dpo_resources(),
     params:
-        cfg=lambda wc: json.dumps(direct_settings(config, wc.objective)),
+        cfg=lambda wc: json.dumps(direct_settings(config["armap"], wc.objective)),
         domains=preference_domains,
         launcher=lambda wc, resources: launcher(resources, PYTHON),
         launch=CLUSTER.dpo_launch,
@@ -135,7 +135,7 @@ rule evaluate_armap_model:
         "../envs/ar2dlm.yaml"
     threads: 1
     params:
-        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+        spec=lambda wc: RESOLVED.benchmarks[wc.benchmark].settings,
     script:
         "../workflow_scripts/evaluate.py"
 
@@ -155,7 +155,7 @@ rule evaluate_dlm_preference:
         "../envs/ar2dlm.yaml"
     threads: 1
     params:
-        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+        spec=lambda wc: RESOLVED.benchmarks[wc.benchmark].settings,
     script:
         "../workflow_scripts/evaluate.py"
 
@@ -175,6 +175,6 @@ rule evaluate_teacher_dpo:
         "../envs/ar2dlm.yaml"
     threads: 1
     params:
-        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+        spec=lambda wc: RESOLVED.benchmarks[wc.benchmark].settings,
     script:
         "../workflow_scripts/evaluate.py"

@@ -22,7 +22,7 @@ rule bench_decode:
         python=PYTHON,
         script=os.path.join(workflow.basedir, "benchmarks", "decode.py"),
         b=config["bench"],
-        spec=benchmark_settings(config, config["bench"]["benchmark"]),
+        spec=RESOLVED.benchmarks[config["bench"]["benchmark"]].settings,
         thresholds=",".join(map(str, config["bench"]["thresholds"])),
         cost_tokens=",".join(map(str, config["bench"]["cost_tokens"])),
         flags=" ".join(

@@ -22,23 +22,10 @@ except RuntimeError as exc:
 
 from ar2dlm.pipeline import layout
 from ar2dlm.pipeline.checks import checked_config, emulated_bf16_warning, sandbox_problem
-from ar2dlm.pipeline.config import ConfigError, benchmark_settings, read_config_file
-from ar2dlm.pipeline.jobs import (
-    armap_domains,
-    armap_jobs,
-    conversion_corpus,
-    conversion_jobs,
-    conversion_settings,
-    direct_objectives,
-    direct_settings,
-    eval_jobs,
-    init_manifest,
-    study_config,
-    token_rows_source,
-)
+from ar2dlm.pipeline.config import ConfigError, read_config_file
+from ar2dlm.pipeline.jobs import armap_domains, direct_objectives, direct_settings, token_rows_source
 from ar2dlm.core.hub import MissingAssetError, is_cached, missing_message, require_token
 from ar2dlm.pipeline.assets import assets_for, hub_assets
-from ar2dlm.evaluation.suite import BENCHMARK_KINDS
 from ar2dlm.plan.launch import launcher, plan_cluster, tokenize_resources
 from ar2dlm.plan.tokenize import plan_tokenize
 from ar2dlm.reporting.armap import armap_report_inputs
@@ -52,11 +39,12 @@ min_version("9.0")
 try:  # the schema takes its method names and loss terms from the registry (and the config's `methods:`)
     for _file in workflow.configfiles:  # Snakemake keeps the last of a key set twice: refused here
         read_config_file(_file)
-    _checked = checked_config(config, Path(workflow.basedir) / "config")
+    # the config resolved once into typed objects (runs, studies, benchmarks, claims, job lists)
+    RESOLVED = checked_config(config, Path(workflow.basedir) / "config")
 except ConfigError as exc:
     raise WorkflowError(f"invalid config: {exc}") from None
 config.clear()
-config.update(_checked)
+config.update(RESOLVED.config)
 if _warning := emulated_bf16_warning(config):
     print(f"Warning: {_warning}", file=sys.stderr)
 # Generated code runs in a bubblewrap sandbox: this machine learns it cannot start one before any job
@@ -78,7 +66,7 @@ if any(a == "--report" or a.startswith("--report=") for a in sys.argv) and not a
         "run `snakemake all_tables --cores 2` (or one table or figure) first"
     )
 # Every planned job's launch for config["cluster"] (python -m ar2dlm.plan prints them); none without one.
-CLUSTER = plan_cluster(config)
+CLUSTER = plan_cluster(RESOLVED)
 if _unfit := CLUSTER.unfit():
     raise WorkflowError(
         "jobs that do not fit the config's cluster (python -m ar2dlm.plan prints every estimate):\n  "
@@ -92,11 +80,11 @@ export_tracking({**config["tracking"], "directory": layout.tracking_dir(config["
 
 MODELS = list(config["models"])
 RUNS = list(config["runs"])
-CONVERSIONS = conversion_jobs(config)  # every run of the grid (model, run, seed)
-EVALS, TEACHER_EVALS = eval_jobs(config)  # what the studies evaluate
+CONVERSIONS = RESOLVED.conversions  # every run of the grid (model, run, seed)
+EVALS, TEACHER_EVALS = RESOLVED.evals  # what the studies evaluate
 BENCHMARKS = list(config["eval"]["benchmarks"])
 STUDIES = list(config["studies"])
-ARMAP = armap_jobs(config)  # AR-MAP's DPO, spectra, gamma searches, baselines and their evaluations
+ARMAP = RESOLVED.armap  # AR-MAP's DPO, spectra, gamma searches, baselines and their evaluations
 PREF_DOMAINS = list(config["data"]["preferences"]["domains"])
 FIGURES = {layout.figure_stem(s): s for s, spec in config["studies"].items() if "figure" in spec}
 
@@ -116,9 +104,9 @@ wildcard_constraints:
     figpath="|".join(re.escape(layout.figure_stem(s)) for s in STUDIES),
     pset="|".join(config["data"]["prompt_sets"]) or "no_prompt_sets",
     domain="|".join(PREF_DOMAINS),
-    pdomain="|".join(armap_domains(config)),
+    pdomain="|".join(armap_domains(config["armap"])),
     merge="|".join(config["armap"]["merges"]),
-    objective="|".join(direct_objectives(config)),
+    objective="|".join(direct_objectives(config["armap"])),
 
 
 def corpus_outputs():
@@ -191,8 +179,8 @@ def teacher_inputs(wildcards):
 def benchmark_inputs(wildcards):
     """The data a benchmark reads (its kind says which)."""
     require_cached(f"eval.benchmarks.{wildcards.benchmark}")
-    spec = benchmark_settings(config, wildcards.benchmark)
-    return layout.benchmark_inputs(wildcards.benchmark, BENCHMARK_KINDS[spec["kind"]].reads(spec))
+    bench = RESOLVED.benchmarks[wildcards.benchmark]
+    return layout.benchmark_inputs(wildcards.benchmark, bench.kind.reads(bench.settings))
 
 
 def preference_domains(wildcards):

@@ -7,9 +7,9 @@ rule convert:
     """Train one conversion run (model, run, seed): HF checkpoints every K steps plus a manifest."""
     input:
         teacher=layout.teacher_dir(),
-        corpus=lambda wc: conversion_corpus(config, wc.run),
+        corpus=lambda wc: RESOLVED.conversion_corpus(wc.run),
         # a staged run (init: {run: NAME}) starts from that run's final checkpoint, same model and seed
-        init=lambda wc: init_manifest(config, wc.model, wc.run, wc.seed),
+        init=lambda wc: RESOLVED.init_manifest(wc.model, wc.run, wc.seed),
     output:
         layout.conversion_manifest(),
     log:
@@ -25,7 +25,7 @@ rule convert:
     resources:
         **CLUSTER.conversion_resources(),
     params:
-        run=lambda wc: json.dumps(conversion_settings(config, wc.run), sort_keys=True),
+        run=lambda wc: json.dumps(RESOLVED.conversion_settings(wc.run), sort_keys=True),
         preset=config["preset"],
         # one process per GPU of the job (the SLURM profile grants them); a plain process without GPUs
         launcher=lambda wc, resources: launcher(resources, PYTHON),

@@ -110,7 +110,7 @@ rule token_rows_shard:
     last written part, kept in <output>.partial, which is not an output and so survives a failure)."""
     input:
         hub_ready(lambda wc: "data.corpus" if wc.source == "stream" else None),  # a stream not written out
-        source=lambda wc: token_rows_source(config, wc.source),
+        source=lambda wc: token_rows_source(config["data"], wc.source),
         tokenizer=layout.tokenizer_dir(),
     output:
         temp(directory(layout.token_rows_shard_dir())),
@@ -135,7 +135,7 @@ rule token_rows:
     merged from its shards; a small one is tokenised here (resumably too)."""
     input:
         hub_ready(lambda wc: "data.corpus" if wc.source == "stream" else None),  # a stream not written out
-        source=lambda wc: token_rows_source(config, wc.source),
+        source=lambda wc: token_rows_source(config["data"], wc.source),
         tokenizer=layout.tokenizer_dir(),
         shards=token_rows_shards,
     output:

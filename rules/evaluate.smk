@@ -18,7 +18,7 @@ rule evaluate_checkpoint:
         "../envs/ar2dlm.yaml"
     threads: 1
     params:
-        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+        spec=lambda wc: RESOLVED.benchmarks[wc.benchmark].settings,
     script:
         "../workflow_scripts/evaluate.py"
 
@@ -38,7 +38,7 @@ rule evaluate_teacher:
         "../envs/ar2dlm.yaml"
     threads: 1
     params:
-        spec=lambda wc: benchmark_settings(config, wc.benchmark),
+        spec=lambda wc: RESOLVED.benchmarks[wc.benchmark].settings,
         seed=config["seed"],
     script:
         "../workflow_scripts/evaluate.py"

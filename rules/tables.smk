@@ -5,7 +5,7 @@
 rule study_table:
     """One study as a table, the papers' reported numbers listed beside it with their source."""
     input:
-        lambda wc: study_inputs(config, wc.study),
+        lambda wc: study_inputs(RESOLVED, wc.study),
         reported=ancient(str(Path(workflow.basedir) / "config" / "reported.yaml")),
     output:
         md=report(
@@ -28,8 +28,8 @@ rule study_table:
     conda:
         "../envs/ar2dlm.yaml"
     params:
-        config=lambda wc: study_config(config, wc.study),
-        caption=lambda wc: study_table_caption(config, wc.study),
+        config=lambda wc: RESOLVED.study_config(wc.study),
+        caption=lambda wc: study_table_caption(RESOLVED, wc.study),
     script:
         "../workflow_scripts/study_table.py"
 
@@ -37,7 +37,7 @@ rule study_table:
 rule study_figure:
     """A study's figure: results/figures/<study>.pdf/png (the ablations' under results/ablations/)."""
     input:
-        lambda wc: study_inputs(config, FIGURES[wc.figpath]),
+        lambda wc: study_inputs(RESOLVED, FIGURES[wc.figpath]),
     output:
         pdf=layout.study_figure(fmt="pdf"),
         png=report(
@@ -54,8 +54,8 @@ rule study_figure:
         "../envs/ar2dlm.yaml"
     params:
         study=lambda wc: FIGURES[wc.figpath],
-        config=lambda wc: study_config(config, FIGURES[wc.figpath]),
-        caption=lambda wc: study_figure_caption(config, FIGURES[wc.figpath]),
+        config=lambda wc: RESOLVED.study_config(FIGURES[wc.figpath]),
+        caption=lambda wc: study_figure_caption(RESOLVED, FIGURES[wc.figpath]),
     script:
         "../workflow_scripts/study_figure.py"
 
@@ -64,7 +64,7 @@ rule armap_report:
     """AR-MAP: main table (AR-MAP's reported numbers under it), merges table, reward accuracy against gamma,
     spectral shadowing."""
     input:
-        armap_report_inputs(config),
+        armap_report_inputs(RESOLVED),
         reported=ancient(str(Path(workflow.basedir) / "config" / "reported.yaml")),
     output:
         main=report(
@@ -127,7 +127,7 @@ rule claims:
     """Every directional claim of the four papers: effect, spread over seeds, verdict, and the
     budget-sensitive ones' effects against the training step."""
     input:
-        claim_inputs(config),
+        claim_inputs(RESOLVED),
     output:
         md=report(
             layout.claims_file("md"), caption=str(Path(workflow.basedir) / "report" / "claims.rst"), category="Claims"

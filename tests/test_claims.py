@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ar2dlm.pipeline.resolved import resolve
 from tests.conftest import REPO
 
 METRICS = ("base_pass@1", "plus_pass@1", "base_pass@10", "plus_pass@10", "exact_match", "acc", "main_score")
@@ -17,7 +18,7 @@ def _write_results(config: dict, score) -> None:
     ``score(benchmark, run, seed, metric)``."""
     from ar2dlm.reporting.claims import claim_inputs
 
-    for path in map(Path, claim_inputs(config)):
+    for path in map(Path, claim_inputs(resolve(config))):
         path.parent.mkdir(parents=True, exist_ok=True)
         bench, run = path.parts[2], "teacher" if path.name == "teacher.json" else path.parts[4]
         seed = None if run == "teacher" else int(path.parts[5].removeprefix("seed"))
@@ -63,7 +64,7 @@ def tiny(tmp_path, monkeypatch):
 
 
 def test_a_claim_reads_the_runs_metric_direction_and_effect_its_config_names(tiny):
-    from ar2dlm.pipeline.claims import check_claims
+    from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.reporting.claims import evaluate_claims
 
     tiny["claims"]["judged"] = {
@@ -75,9 +76,9 @@ def test_a_claim_reads_the_runs_metric_direction_and_effect_its_config_names(tin
         ),
         "vs_teacher": _claim(against="teacher"),
     }
-    check_claims(tiny)
+    check_claims(resolve(tiny))
     _write_results(tiny, _scores)
-    df = evaluate_claims(tiny)[0].set_index("id")
+    df = evaluate_claims(resolve(tiny))[0].set_index("id")
     assert list(df.index) == ["base", "plus", "plus_not_worse", "plus_within_tolerance", "vs_teacher"]
     assert df.loc["base", "measure"] == "synthetic_code base_pass@1: ra minus mdlm"
     assert df.loc["base", "verdict"] == "holds" and df.loc["base", "effect"] == pytest.approx(0.2)
@@ -90,14 +91,14 @@ def test_a_claim_reads_the_runs_metric_direction_and_effect_its_config_names(tin
 
 def test_a_pass_at_10_claim_is_a_config_edit(tiny):
     """A claim on pass@10 names a sampled benchmark of its study and the metric; the judge reads it."""
-    from ar2dlm.pipeline.claims import check_claims
+    from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import evaluate_claims
 
     tiny["claims"]["judged"] = {"pass10": _claim(benchmark="synthetic_code_sampled", metric="base_pass@10")}
-    check_claims(tiny)
+    check_claims(resolve(tiny))
     _write_results(tiny, _scores)
-    row = evaluate_claims(tiny)[0].iloc[0]
+    row = evaluate_claims(resolve(tiny))[0].iloc[0]
     assert row["measure"] == "synthetic_code_sampled base_pass@10: ra minus mdlm" and row["effect"] == pytest.approx(
         -0.6
     )
@@ -105,19 +106,20 @@ def test_a_pass_at_10_claim_is_a_config_edit(tiny):
     assert row["pass@1 beside"] == "base_pass@1 +0.2000 (ra 0.710, mdlm 0.510)"
     tiny["claims"]["judged"]["pass10"]["benchmark"] = "synthetic_code"  # greedy: one sample per task
     with pytest.raises(ConfigError, match=r"claims\.judged\.pass10\.metric.*needs at least 10 samples"):
-        check_claims(tiny)
+        check_claims(resolve(tiny))
 
 
 @pytest.mark.parametrize("preset", ["smoke", "tiny", "tiny_full", "paper", "paper_standin"])
 def test_every_preset_declares_the_claims_of_its_studies(preset):
     """Each preset declares claims, each on a study it runs (or AR-MAP's searches), valid under the
     schema and the checks."""
-    from ar2dlm.pipeline.claims import check_claims, declared_claims
+    from ar2dlm.pipeline.checks import check_claims
+    from ar2dlm.pipeline.claims import declared_claims
     from ar2dlm.pipeline.config import merge_preset, validate_config
 
     cfg = merge_preset({"preset": preset}, REPO / "config")
     validate_config(cfg, REPO / "config" / "schema.yaml")  # the schema with the registry's methods and terms
-    check_claims(cfg)
+    check_claims(resolve(cfg))
     claims = declared_claims(cfg)
     assert claims and all(c.study in cfg["studies"] for c in claims if not c.armap)
     assert {c.paper for c in claims} >= {"REPR-ALIGN", "OPDLM", "Efficient-DLM", "AR-MAP"}
@@ -139,7 +141,7 @@ def test_armap_claims_compare_the_merge_with_direct_dpo_and_order_the_domains_ga
     leaving out the benchmarks the AR teacher scores below the floor on; gamma_order differences the
     two domains' gamma_hat per DLM; bad domains or an unevaluated merge are named by key."""
     from ar2dlm.pipeline import layout
-    from ar2dlm.pipeline.claims import check_claims
+    from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
@@ -149,10 +151,10 @@ def test_armap_claims_compare_the_merge_with_direct_dpo_and_order_the_domains_ga
         "order": _armap_claim("gamma_order", lower="math", higher="code"),
     }
     with pytest.raises(ConfigError, match=r"claims\.judged\.simpo\.armap\.baseline.*armap\.dlm_simpo, not configured"):
-        check_claims(tiny)
+        check_claims(resolve(tiny))
     tiny["armap"]["dlm_simpo"] = {**tiny["armap"]["dlm_dpo"], "beta": 2.0, "gamma": 0.5}
-    check_claims(tiny)
-    inputs = claim_inputs(tiny)
+    check_claims(resolve(tiny))
+    inputs = claim_inputs(resolve(tiny))
     for o in ("dpo", "simpo"):  # each claim reads its own baseline's evaluations
         assert layout.derived_eval_path("synthetic_code", "tiny", "mdlm", 0, f"dlm_{o}_code") in inputs
     dlms = [(m, r, s) for m, r, s in [("tiny", "mdlm", s) for s in tiny["armap"]["seeds"]]]
@@ -176,7 +178,7 @@ def test_armap_claims_compare_the_merge_with_direct_dpo_and_order_the_domains_ga
             score = 0.5 + (0.1 + 0.05 * seed if path.name.startswith("armap_") else 0.0)
             score -= 0.1 if path.name.startswith("dlm_simpo_") else 0.0
             path.write_text(json.dumps({"metrics": {m: score for m in METRICS}}))
-    df = evaluate_claims(tiny)[0].set_index("id")
+    df = evaluate_claims(resolve(tiny))[0].set_index("id")
     assert df.loc["direct", "seeds"] == 3 and df.loc["direct", "effect"] == pytest.approx(0.15)
     assert df.loc["direct", "verdict"].startswith("holds")
     assert df.loc["simpo", "seeds"] == 3 and df.loc["simpo", "effect"] == pytest.approx(0.25)
@@ -191,12 +193,12 @@ def test_armap_claims_compare_the_merge_with_direct_dpo_and_order_the_domains_ga
 
     tiny["claims"]["judged"]["order"]["armap"]["lower"] = "helpful"
     with pytest.raises(ConfigError, match=r"claims\.judged\.order\.armap\.lower.*'helpful' is not one of armap"):
-        check_claims(tiny)
+        check_claims(resolve(tiny))
     tiny["claims"]["judged"]["order"]["armap"]["lower"] = "math"
     tiny["armap"]["merges"]["ties"] = {"density": 0.2}
     tiny["claims"]["judged"]["direct"]["armap"]["merge"] = "ties"
     with pytest.raises(ConfigError, match=r"claims\.judged\.direct\.armap\.merge.*'ties' is not evaluated"):
-        check_claims(tiny)
+        check_claims(resolve(tiny))
 
 
 def test_claims_markdown_quotes_the_sentence_each_claim_tests(tiny):
@@ -204,7 +206,7 @@ def test_claims_markdown_quotes_the_sentence_each_claim_tests(tiny):
 
     tiny["claims"]["judged"] = {"base": _claim(quote="la frase"), "ours": _claim(paper="combined")}
     _write_results(tiny, _scores)
-    md = claims_markdown(evaluate_claims(tiny)[0], "tiny")
+    md = claims_markdown(evaluate_claims(resolve(tiny))[0], "tiny")
     assert "- **base** (REPR-ALIGN): “la frase”" in md and "- **ours** (combined): beyond the papers" in md
 
 
@@ -310,7 +312,7 @@ def test_best_other_lowest_threshold_equal_flops_and_the_teacher_floor_read_know
     threshold; equal_flops gives no verdict when the recipes' FLOPs differ by more than 15%; a
     teacher below the floor makes a claim uninformative; a relative effect is that percentage of the
     compared arm's mean."""
-    from ar2dlm.pipeline.claims import check_claims
+    from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
     tiny["studies"]["efficient_dlm/tradeoff"].update(seeds=[0, 1, 2, 3], run_seeds={})
@@ -326,12 +328,12 @@ def test_best_other_lowest_threshold_equal_flops_and_the_teacher_floor_read_know
         ),
         "flops": _claim(study="ablations/lambda", run="ra", against="best_other", equal_flops=True),
     }
-    check_claims(tiny)
+    check_claims(resolve(tiny))
     noise = [0.02, -0.01, 0.0, -0.01]  # per seed, shared by every run: paired differences keep their own spread
     base = {"mdlm": 0.40, "ra_l1": 0.62, "ra": 0.60, "ra_l100": 0.50}
     own = {("ra", 0): 0.03, ("ra", 1): -0.04, ("ra", 2): 0.0, ("ra", 3): 0.01}  # ra minus ra_l1: -0.02 +- spread
     flops = {"mdlm": 1e12, "ra_l1": 1.3e12, "ra": 1.3e12, "ra_l100": 1.3e12}
-    for path in map(Path, claim_inputs(tiny)):
+    for path in map(Path, claim_inputs(resolve(tiny))):
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.name == "train.json":
             path.write_text(json.dumps({"flops": {"total": flops[path.parts[3]]}}))
@@ -346,7 +348,7 @@ def test_best_other_lowest_threshold_equal_flops_and_the_teacher_floor_read_know
             continue
         score = 0.8 if run == "teacher" else base[run] + noise[seed] + own.get((run, seed), 0.0)
         path.write_text(json.dumps({"metrics": {m: score for m in METRICS}}))
-    df = evaluate_claims(tiny)[0].set_index("id")
+    df = evaluate_claims(resolve(tiny))[0].set_index("id")
     best = df.loc["best"]
     assert best["measure"] == "synthetic_code base_pass@1: ra minus the best other run (ra_l1)"
     assert best["seeds"] == 3 and best["effect"] == pytest.approx(-0.07 / 3, abs=1e-4)  # diffs +0.01, -0.06, -0.02
@@ -363,11 +365,11 @@ def test_best_other_lowest_threshold_equal_flops_and_the_teacher_floor_read_know
     flops["mdlm"] = 1.2e12  # within 15%: a verdict again
     for s in (0, 1, 2):
         Path(f"results/models/tiny/mdlm/seed{s}/train.json").write_text(json.dumps({"flops": {"total": 1.2e12}}))
-    assert not evaluate_claims(tiny)[0].set_index("id").loc["flops", "verdict"].startswith("not at equal")
+    assert not evaluate_claims(resolve(tiny))[0].set_index("id").loc["flops", "verdict"].startswith("not at equal")
 
     Path("results/eval/synthetic_code/tiny/teacher.json").write_text(json.dumps({"metrics": {m: 0.2 for m in METRICS}}))
     assert (
-        evaluate_claims(tiny)[0]
+        evaluate_claims(resolve(tiny))[0]
         .set_index("id")
         .loc["best", "verdict"]
         .startswith("uninformative (the AR teacher itself scores 0.200 on synthetic_code")
@@ -392,7 +394,7 @@ def test_fewer_than_three_seeds_say_whether_they_reproduce_the_papers_effect():
 def test_a_training_throughput_claim_reads_the_manifests_against_a_relative_effect(tiny):
     """benchmark: training reads each run's tokens over its training seconds (no evaluation, no
     teacher); a ~1.5x speed-up against the paper's ~2x (+100%) holds, noted as smaller than the paper's."""
-    from ar2dlm.pipeline.claims import check_claims
+    from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
@@ -406,15 +408,15 @@ def test_a_training_throughput_claim_reads_the_manifests_against_a_relative_effe
             effect={"value": 100, "unit": "rel", "where": "t"},
         )
     }
-    check_claims(tiny)
-    inputs = claim_inputs(tiny)
+    check_claims(resolve(tiny))
+    inputs = claim_inputs(resolve(tiny))
     assert inputs and all(p.endswith("train.json") for p in inputs)
     seconds = {"ra": [1.0, 1.1, 0.9], "ra_freeze": [0.7, 0.72, 0.61]}
     for path in map(Path, inputs):
         path.parent.mkdir(parents=True, exist_ok=True)
         run, seed = path.parts[3], int(path.parts[4].removeprefix("seed"))
         path.write_text(json.dumps({"tokens": 1000, "train_seconds": seconds[run][seed]}))
-    row = evaluate_claims(tiny)[0].iloc[0]
+    row = evaluate_claims(resolve(tiny))[0].iloc[0]
     diffs = [1000 / f - 1000 / r for f, r in zip(seconds["ra_freeze"], seconds["ra"])]
     assert row["effect"] == pytest.approx(sum(diffs) / 3, abs=1e-3)
     assert row["paper effect"] == pytest.approx(sum(1000 / r for r in seconds["ra"]) / 3, abs=1e-3)  # 100% of ra's
@@ -422,41 +424,41 @@ def test_a_training_throughput_claim_reads_the_manifests_against_a_relative_effe
     assert row["verdict"].startswith("holds (an effect smaller than the paper's")  # faster, but not 2x
     tiny["claims"]["judged"]["thr"]["against"] = "teacher"
     with pytest.raises(ConfigError, match=r"claims\.judged\.thr\.against.*no conversion run"):
-        check_claims(tiny)
+        check_claims(resolve(tiny))
 
 
 def test_spectral_shadowing_reads_the_spectra_in_orders_of_magnitude(tiny):
     """The shadowing measure is log10 of the median over weight matrices of tau_diffusion's spectral
     norm over tau_pref's, one difference per DLM and domain, judged against one order of magnitude;
     it names no merge (the spectra come before any)."""
-    from ar2dlm.pipeline.claims import check_claims
+    from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
     shadow = {**_armap_claim("shadowing"), "effect": {"value": 1, "where": "t"}}
     del shadow["armap"]["merge"]
     tiny["claims"]["judged"] = {"shadow": shadow}
-    check_claims(tiny)
-    inputs = claim_inputs(tiny)
+    check_claims(resolve(tiny))
+    inputs = claim_inputs(resolve(tiny))
     assert len(inputs) == 6 and all(p.endswith("spectra.csv") for p in inputs)  # 3 seeds x code, math
     for i, path in enumerate(map(Path, inputs)):
         path.parent.mkdir(parents=True, exist_ok=True)
         # median 10 ** (2 + 0.1 i); a matrix LoRA leaves untouched has no ratio (inf) and is left out
         ratios = [10 ** (1.5 + 0.1 * i), 10 ** (2.0 + 0.1 * i), 1e9, float("inf"), float("inf")]
         path.write_text("parameter,shadowing_ratio\n" + "".join(f"w{k},{r}\n" for k, r in enumerate(ratios)))
-    row = evaluate_claims(tiny)[0].iloc[0]
+    row = evaluate_claims(resolve(tiny))[0].iloc[0]
     assert row["seeds"] == 6 and row["effect"] == pytest.approx(2.25)
     assert row["verdict"] == "holds" and row["paper effect"] == 1
     shadow["armap"]["merge"] = "task_arithmetic"
     with pytest.raises(ConfigError, match=r"claims\.judged\.shadow\.armap\.merge.*before any merge"):
-        check_claims(tiny)
+        check_claims(resolve(tiny))
 
 
 def test_a_claim_on_several_benchmarks_reads_the_mean_over_those_the_teacher_can_do(tiny):
     """benchmark: [..], metric: headline: each run's score is the mean of the benchmarks' headline
     metrics (pass@1, accuracy) over those the AR teacher scores at least the floor on; the others are
     named in the measure; none left: uninformative."""
-    from ar2dlm.pipeline.claims import check_claims
+    from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
@@ -472,16 +474,16 @@ def test_a_claim_on_several_benchmarks_reads_the_mean_over_those_the_teacher_can
             effect={"value": 19, "unit": "rel", "where": "t"},
         )
     }
-    check_claims(tiny)
+    check_claims(resolve(tiny))
     teacher = {"synthetic_code": 0.8, "arith_choice": 0.6, "arithmetic": 0.17}
     gap = {"synthetic_code": [0.1, 0.2, 0.3], "arith_choice": [0.0, 0.05, 0.1], "arithmetic": [-0.5, -0.5, -0.5]}
-    for path in map(Path, claim_inputs(tiny)):
+    for path in map(Path, claim_inputs(resolve(tiny))):
         path.parent.mkdir(parents=True, exist_ok=True)
         bench, run = path.parts[2], "teacher" if path.name == "teacher.json" else path.parts[4]
         seed = None if run == "teacher" else int(path.parts[5].removeprefix("seed"))
         score = teacher[bench] if run == "teacher" else 0.4 + (gap[bench][seed] if run == "ed" else 0.0)
         path.write_text(json.dumps({"metrics": {m: score for m in METRICS}}))
-    row = evaluate_claims(tiny)[0].iloc[0]
+    row = evaluate_claims(resolve(tiny))[0].iloc[0]
     assert row["measure"] == (
         "mean headline score over synthetic_code, arith_choice (left out, the AR teacher below 0.3: "
         "arithmetic (0.170)): ed minus ed_bidir"
@@ -491,13 +493,13 @@ def test_a_claim_on_several_benchmarks_reads_the_mean_over_those_the_teacher_can
     assert row["95% CI"] == "[{:+.4f}, {:+.4f}]".format(*_interval(diffs))
     tiny["claims"]["judged"]["mean"]["metric"] = "base_pass@1"
     with pytest.raises(ConfigError, match=r"claims\.judged\.mean\.metric.*several benchmarks reads each one's"):
-        check_claims(tiny)
+        check_claims(resolve(tiny))
     tiny["claims"]["judged"]["mean"]["metric"] = "headline"
     teacher.update(synthetic_code=0.1, arith_choice=0.2)
     Path("results/eval/synthetic_code/tiny/teacher.json").write_text(json.dumps({"metrics": {m: 0.1 for m in METRICS}}))
     Path("results/eval/arith_choice/tiny/teacher.json").write_text(json.dumps({"metrics": {m: 0.2 for m in METRICS}}))
     assert (
-        evaluate_claims(tiny)[0]
+        evaluate_claims(resolve(tiny))[0]
         .iloc[0]["verdict"]
         .startswith("uninformative (the AR teacher itself scores below 0.3 on every benchmark")
     )
@@ -507,7 +509,7 @@ def test_a_speed_claim_reads_the_row_at_the_benchmarks_threshold_against_the_tea
     """tokens/s and tokens per step are claimable on a throughput benchmark, as numbers, not scores (no
     floor, ceiling or teacher floor); default_threshold reads the DLM's row at the benchmark's own
     threshold, lowest_threshold its most aggressive; the AR teacher writes one row (threshold None)."""
-    from ar2dlm.pipeline.claims import check_claims
+    from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
     tiny["claims"]["judged"] = {
@@ -530,8 +532,8 @@ def test_a_speed_claim_reads_the_row_at_the_benchmarks_threshold_against_the_tea
             effect={"value": 1, "where": "t"},
         ),
     }
-    check_claims(tiny)
-    for path in map(Path, claim_inputs(tiny)):
+    check_claims(resolve(tiny))
+    for path in map(Path, claim_inputs(resolve(tiny))):
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.name == "teacher.json":  # AR: one row, 100 tokens/s, one token a step, pass@1 0.1 (below any floor)
             rows = [{"threshold": None, "tokens_per_s": 100.0, "tokens_per_step": 1.0, "base_pass@1": 0.1}]
@@ -547,7 +549,7 @@ def test_a_speed_claim_reads_the_row_at_the_benchmarks_threshold_against_the_tea
                 for t, speed, per_step in ((0.5, 400.0, 3.0), (0.7, 300.0, 2.5), (0.9, 150.0, 1.5), (1.0, 90.0, 1.0))
             ]
         path.write_text(json.dumps({"rows": rows}))
-    df = evaluate_claims(tiny)[0].set_index("id")
+    df = evaluate_claims(resolve(tiny))[0].set_index("id")
     speed = df.loc["speed"]
     assert speed["measure"] == "code_throughput tokens_per_s at the default threshold: ed minus teacher"
     assert speed["effect"] == pytest.approx(60.0) and speed["paper effect"] == pytest.approx(170.0)  # 1.7 x 100
@@ -559,24 +561,24 @@ def test_a_speed_claim_reads_the_row_at_the_benchmarks_threshold_against_the_tea
 def test_transfer_against_no_vector_and_against_gamma_one_read_the_gamma_curve(tiny):
     """vs_no_transfer: held-out reward accuracy at gamma_hat minus at gamma 0 (TIES and DARE claims);
     vs_gamma_one: minus at gamma 1; a grid without the reference gamma is refused by key."""
-    from ar2dlm.pipeline.claims import check_claims
+    from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
     tiny["claims"]["judged"] = {"none": _armap_claim("vs_no_transfer"), "one": _armap_claim("vs_gamma_one")}
-    check_claims(tiny)
-    for path in map(Path, claim_inputs(tiny)):
+    check_claims(resolve(tiny))
+    for path in map(Path, claim_inputs(resolve(tiny))):
         path.parent.mkdir(parents=True, exist_ok=True)
         seed = int(path.parts[-4].removeprefix("seed"))
         acc = {0: 0.5, 1: 0.55, 3: 0.6 + 0.01 * seed}  # gamma_hat 3
         curve = [{"gamma": g, "test_reward_accuracy": a} for g, a in acc.items()]
         path.write_text(json.dumps({"gamma_hat": 3, "curve": curve}))
-    df = evaluate_claims(tiny)[0].set_index("id")
+    df = evaluate_claims(resolve(tiny))[0].set_index("id")
     assert df.loc["none", "seeds"] == 6 and df.loc["none", "effect"] == pytest.approx(0.11)
     assert df.loc["one", "effect"] == pytest.approx(0.06)
     tiny["armap"]["gamma"]["grid"] = [0.5, 1, 2]
     with pytest.raises(ConfigError, match=r"armap\.gamma\.grid.*compares with gamma 0"):
-        check_claims(tiny)
+        check_claims(resolve(tiny))
 
 
 @pytest.mark.parametrize(
@@ -602,10 +604,10 @@ def test_transfer_against_no_vector_and_against_gamma_one_read_the_gamma_curve(t
     ],
 )
 def test_claims_the_judge_cannot_read_are_refused_by_key(tiny, keys, where, words):
-    from ar2dlm.pipeline.claims import check_claims
+    from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.pipeline.config import ConfigError
 
     tiny["studies"]["repr_align/code"]["evals"].append("arith_choice")
     tiny["claims"]["judged"] = {"bad": _claim(**keys)}
     with pytest.raises(ConfigError, match=rf"claims\.judged\.bad\.{where}.*{words}"):
-        check_claims(tiny)
+        check_claims(resolve(tiny))

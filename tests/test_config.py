@@ -121,9 +121,10 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     assert "gpu=1" in evaluation
     # the training benchmark times the 8B runs on the GPUs their plan gives, sharded as planned
     from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.pipeline.resolved import resolve
     from ar2dlm.plan.memory import plan_bench_train
 
-    bench = plan_bench_train(merge_preset({"preset": "paper"}, REPO / "config"))
+    bench = plan_bench_train(resolve(merge_preset({"preset": "paper"}, REPO / "config")))
     bench_train = next(b for b in blocks if "rule bench_train:" in b)
     assert bench.launch.gpus >= 8 and f"gpu={bench.launch.gpus}" in bench_train, bench_train
     assert f"--nproc_per_node={bench.launch.gpus_per_node}" in bench_train and '"gpus": ' in bench_train
@@ -542,19 +543,20 @@ def test_lint_is_clean():
 
 def test_runs_compose_method_defaults_with_their_own_keys():
     from ar2dlm.pipeline.config import merge_preset
-    from ar2dlm.pipeline.runs import resolve_run
+    from ar2dlm.pipeline.resolved import resolve
 
     cfg = merge_preset({"preset": "tiny"}, REPO / "config")
-    ra = resolve_run(cfg, "ra")
+    ra = resolve(cfg).run("ra")
     assert ra["align"] == {"lambda": 10.0, "metric": "cos", "layers": "all"} and ra["attention"] == "bidirectional"
     assert ra["shift"] is True and ra["distill"] is None and ra["training"] == cfg["training"]
     full = merge_preset({"preset": "tiny_full"}, REPO / "config")
-    combo = resolve_run(full, "combined")  # distillation plus alignment on a block student, by config only
+    runs = resolve(full).runs
+    combo = runs["combined"]  # distillation plus alignment on a block student, by config only
     assert combo["attention"] == "block" and combo["block_size"] == 4 and combo["init"] == "ar"
     assert combo["align"]["lambda"] == 1 and combo["align"]["metric"] == "cos"
     assert combo["distill"]["on_policy"] is True and combo["distill"]["rollout_length"] == 32
-    assert combo["training"]["steps"] == resolve_run(full, "opd")["training"]["steps"]
-    long = resolve_run(full, "ed_long")  # a run's own training keys over the preset's, the others kept
+    assert combo.steps == runs["opd"].steps
+    long = runs["ed_long"]  # a run's own training keys over the preset's, the others kept
     assert long["training"]["steps"] == 1900 and long["training"]["checkpoint_every"] == 380
     assert long["training"]["batch_size"] == full["training"]["batch_size"]
     assert long["masking"] == "positional" and long["block_size"] == 8 and long["data"] == "stream"
@@ -565,15 +567,16 @@ def test_smoke_covers_the_tiny_and_tiny_full_grid():
     tiny_full trains them to); smoke extends tiny_full, so CI's smoke run passes through every run
     and study of both."""
     from ar2dlm.pipeline.config import merge_preset
-    from ar2dlm.pipeline.runs import resolve_run
+    from ar2dlm.pipeline.resolved import resolve
 
     tiny = merge_preset({"preset": "tiny"}, REPO / "config")
     full = merge_preset({"preset": "tiny_full"}, REPO / "config")
     smoke = merge_preset({"preset": "smoke"}, REPO / "config")
     assert set(tiny["runs"]) < set(full["runs"]) and set(tiny["studies"]) < set(full["studies"])
+    tiny_runs, full_runs = resolve(tiny).runs, resolve(full).runs
     for r in tiny["runs"]:
         budget = ("steps", "checkpoint_every")
-        small, large = resolve_run(tiny, r), resolve_run(full, r)
+        small, large = tiny_runs[r].as_dict(), full_runs[r].as_dict()
         assert large["training"]["steps"] >= small["training"]["steps"], r
         for run in (small, large):
             run["training"] = {k: v for k, v in run["training"].items() if k not in budget}
@@ -582,29 +585,31 @@ def test_smoke_covers_the_tiny_and_tiny_full_grid():
     assert set(smoke["runs"]) == set(full["runs"]) and set(smoke["studies"]) == set(full["studies"])
     assert smoke["training"]["steps"] < tiny["training"]["steps"] and "extends" not in smoke
     # a run with its own step budget in tiny or tiny_full must not keep it in smoke
-    assert all(resolve_run(smoke, r)["training"]["steps"] <= 2 * smoke["training"]["steps"] for r in smoke["runs"])
+    assert all(run.steps <= 2 * smoke["training"]["steps"] for run in resolve(smoke).runs.values())
 
 
 def test_run_seeds_merge_seeds_and_dlm_dpo_seeds_narrow_the_jobs():
     from ar2dlm.pipeline.config import merge_preset
-    from ar2dlm.pipeline.jobs import armap_jobs, conversion_jobs, eval_jobs, study_seeds
+    from ar2dlm.pipeline.resolved import resolve
     from ar2dlm.reporting.armap import armap_report_inputs
     from ar2dlm.reporting.claims import claim_inputs
 
     cfg = merge_preset({"preset": "tiny_full"}, REPO / "config")
-    spec = cfg["studies"]["repr_align/code"]
+    resolved = resolve(cfg)
+    spec, study = cfg["studies"]["repr_align/code"], resolved.studies["repr_align/code"]
     assert len(spec["seeds"]) > 1  # the study's seeds; scratch is narrowed to its run's own
-    assert study_seeds(cfg, spec, "scratch") == [0] and study_seeds(cfg, spec, "ra") == spec["seeds"]
-    assert {c.seed for c in conversion_jobs(cfg) if c.run == "scratch"} == {0}
-    greedy = {(e.run, e.seed) for e in eval_jobs(cfg)[0] if e.benchmark == "synthetic_code"}
+    assert study.seeds("scratch") == [0] and study.seeds("ra") == spec["seeds"]
+    assert {c.seed for c in resolved.conversions if c.run == "scratch"} == {0}
+    greedy = {(e.run, e.seed) for e in resolved.evals[0] if e.benchmark == "synthetic_code"}
     assert ("scratch", 1) not in greedy and ("scratch", 0) in greedy and ("mdlm", 5) in greedy
-    assert not any("/scratch/seed1/" in p for p in claim_inputs(cfg))  # claims pair ra and mdlm on their seeds
+    assert not any("/scratch/seed1/" in p for p in claim_inputs(resolved))  # claims pair ra and mdlm on their seeds
     # tiny_full's claims read TIES and DARE on every seed; a merge no claim reads may be searched on fewer
-    assert {j.seed for j in armap_jobs(cfg).search if j.merge == "ties"} == set(range(6))
+    assert {j.seed for j in resolved.armap.search if j.merge == "ties"} == set(range(6))
     for merge in ("ties", "dare"):
         del cfg["claims"]["judged"][f"armap_{merge}_transfers"]
     cfg["armap"]["merge_seeds"] = {"ties": [0], "dare": [0]}
-    jobs = armap_jobs(cfg)
+    resolved = resolve(cfg)
+    jobs = resolved.armap
     search = {(j.run, j.seed, j.merge) for j in jobs.search}
     assert {s for r, s, g in search if g == "task_arithmetic" and r == "combined"} == set(range(6))
     assert {s for _, s, g in search if g in ("ties", "dare")} == {0}
@@ -613,11 +618,12 @@ def test_run_seeds_merge_seeds_and_dlm_dpo_seeds_narrow_the_jobs():
     for o in ("dpo", "simpo"):  # each baseline evaluated on the same seeds
         evals = {(e.run, e.seed) for e in jobs.evals if getattr(e, "name", "").startswith(f"dlm_{o}_")}
         assert evals == {(r, s) for r in ("mdlm", "combined") for s in (0, 1, 2)}
-    assert not any("/seed4/" in p and "dlm_dpo" in p for p in armap_report_inputs(cfg))
+    assert not any("/seed4/" in p and "dlm_dpo" in p for p in armap_report_inputs(resolved))
     cfg["armap"].pop("merge_seeds")
     cfg["armap"].pop("dlm_dpo_seeds")
-    assert {j.seed for j in armap_jobs(cfg).search if j.merge == "ties"} == set(range(6))
-    assert {j.seed for j in armap_jobs(cfg).direct} == set(range(6))
+    jobs = resolve(cfg).armap
+    assert {j.seed for j in jobs.search if j.merge == "ties"} == set(range(6))
+    assert {j.seed for j in jobs.direct} == set(range(6))
 
 
 def test_a_key_set_twice_is_refused_naming_it_and_its_lines(tmp_path):
@@ -797,7 +803,7 @@ def test_scientific_notation_reads_as_a_number():
     smoke = yaml.safe_load((REPO / "config" / "presets" / "smoke.yaml").read_text())
     override = yaml.safe_load("training: {lr: 1e-3, weight_decay: 5E-2}\narmap: {gamma: {grid: [0, 1e0, 2]}}")
     assert override["training"]["lr"] == "1e-3"  # what YAML 1.1 hands over
-    merged = checked_config(deep_merge(smoke, override), REPO / "config")
+    merged = checked_config(deep_merge(smoke, override), REPO / "config").config
     assert merged["training"]["lr"] == 0.001 and merged["training"]["weight_decay"] == 0.05
     assert merged["armap"]["gamma"]["grid"] == [0, 1.0, 2]
 
@@ -840,7 +846,7 @@ def test_lengths_beyond_a_models_positions_are_refused_at_dag_build(tmp_path):
     from ar2dlm.pipeline.config import ConfigError
 
     config = REPO / "config"
-    smoke = checked_config({"preset": "smoke"}, config)
+    smoke = checked_config({"preset": "smoke"}, config).config
     positions = smoke["models"]["tiny"]["arch"]["max_position_embeddings"]
     checked_config({"preset": "smoke", "eval": {"teacher_code": {"max_new_tokens": positions}}}, config)
     with pytest.raises(

@@ -292,7 +292,7 @@ def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_
     is set and the group bound; the group is destroyed when the run fails."""
     from ar2dlm.core.models import build_qwen3, save_model
     from ar2dlm.pipeline.config import merge_preset
-    from ar2dlm.pipeline.runs import resolve_run
+    from ar2dlm.pipeline.resolved import resolve
     from ar2dlm.provenance import write_jsonl
     from ar2dlm.training.teacher import ar_conventions
     from ar2dlm.training.trainer import train_run
@@ -314,7 +314,7 @@ def test_train_run_sets_the_device_before_it_moves_any_model(strict_nccl, smoke_
     tok, docs = smoke_tokenizer
     save_model(build_qwen3(TINY_ARCH, tok), tok, tmp_path / "teacher", {**ar_conventions(tok), "method": "test"})
     write_jsonl(tmp_path / "corpus.jsonl", docs)
-    run = resolve_run(merge_preset({"preset": "smoke"}, REPO / "config"), "ra")
+    run = resolve(merge_preset({"preset": "smoke"}, REPO / "config")).run("ra").as_dict()
     run["training"].update({"batch_size": 8, "grad_accum": 1, "seq_len": 64, "dtype": "auto"})
     monkeypatch.setattr(torch.nn.Module, "to", module_to)
     with pytest.raises(FirstMove):

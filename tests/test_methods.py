@@ -82,19 +82,17 @@ def smoke_with(override: dict) -> dict:
 def test_a_method_with_a_new_loss_term_from_outside_the_package(toy, tmp_path, standin_hub, smoke_tokenizer):
     from ar2dlm.pipeline.checks import check_config
     from ar2dlm.pipeline.config import ConfigError, validate_config
-    from ar2dlm.pipeline.jobs import conversion_settings
-    from ar2dlm.pipeline.runs import resolve_run
     from ar2dlm.plan.memory import QWEN3_SHAPES, Launch, estimate, plan_job, step_flops
 
     schema = REPO / "config" / "schema.yaml"
     # config validation: the schema takes the method and the term from the registry, the term checks itself
     cfg = smoke_with(OVERRIDE)
     validate_config(cfg, schema)
-    check_config(cfg)
-    run = resolve_run(cfg, "toy")
+    resolved = check_config(cfg)
+    run = resolved.run("toy")
     assert run["hidden_norm"] == {"weight": 0.5} and run["method_modules"] == [TOY]
     assert run["attention"] == "bidirectional" and run["align"] is None  # mdlm's conventions, no other term
-    assert "method_modules" not in resolve_run(cfg, "ra")  # a built-in run's settings are untouched
+    assert "method_modules" not in resolved.run("ra")  # a built-in run's settings are untouched
     for override, key, words in (
         ({"hidden_norm": {"weight": "heavy"}}, "runs.toy.hidden_norm.weight", "not of type"),
         ({"hidden_norm": {"wieght": 1}}, "runs.toy.hidden_norm", "wieght"),
@@ -126,7 +124,7 @@ def test_a_method_with_a_new_loss_term_from_outside_the_package(toy, tmp_path, s
     assert TOY in convert and "hidden_norm" in convert
 
     # the planner counts the term's memory and FLOPs
-    settings = conversion_settings(cfg, "toy")
+    settings = resolved.conversion_settings("toy")
     shape, launch = QWEN3_SHAPES["Qwen/Qwen3-0.6B-Base"], Launch(1, 8, 2, False, False)
     without = {**settings, "method": "mdlm", "hidden_norm": None}
     parts, base = estimate(shape, settings, launch), estimate(shape, without, launch)
@@ -183,9 +181,9 @@ def test_every_built_in_run_keeps_its_objective_teacher_and_planned_parts():
     teacher it loads, and the parts the planner counts."""
     from ar2dlm.core.conventions import Conventions
     from ar2dlm.methods.registry import active_parts, compose, objective_for, teacher_of
-    from ar2dlm.pipeline.runs import resolve_run
+    from ar2dlm.pipeline.resolved import resolve
 
-    cfg = smoke_with({})
+    runs = resolve(smoke_with({})).runs
     expected = {
         "mdlm": ("Diffusion", (False, False), []),
         "ra": ("Diffusion", (True, False), ["align"]),
@@ -194,7 +192,7 @@ def test_every_built_in_run_keeps_its_objective_teacher_and_planned_parts():
         "combined": ("Distillation", (True, True), ["align"]),
     }
     for name, (objective, teacher, added) in expected.items():
-        run = resolve_run(cfg, name)
+        run = runs[name]
         conv = Conventions(run["attention"], run["shift"], 5, 1, 2, run["block_size"])
         made = objective_for(run, conv, 0)
         assert type(made).__name__ == objective and (made.needs_teacher, made.teacher_head) == teacher, name
@@ -202,7 +200,7 @@ def test_every_built_in_run_keeps_its_objective_teacher_and_planned_parts():
         assert teacher_of(run) == teacher
         computed = [run["method"], *added, *(["distill"] if run["distill"] else [])]
         assert [getattr(p, "key", getattr(p, "name", None)) for p in active_parts(run)] == computed, name
-    ra = resolve_run(cfg, "ra")
+    ra = runs["ra"].as_dict()
     ra["align"]["lambda"] = 0.0  # named but not computed: no teacher, nothing added
     assert teacher_of(ra) == (False, False) and compose(ra).added == [] and len(active_parts(ra)) == 1
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ar2dlm.pipeline.config import merge_preset
-from ar2dlm.pipeline.runs import resolve_run
+from ar2dlm.pipeline.resolved import resolve
 from ar2dlm.plan.__main__ import main
 from ar2dlm.plan.armap import STOP_FRACTION, dpo_step_flops, over_runtime, segmented
 from ar2dlm.plan.memory import GB, QWEN3_SHAPES, Launch, estimate, peak, plan_jobs, unfit
@@ -27,7 +27,7 @@ def paper():
 
 def test_every_paper_job_fits_80gb_gpus_and_the_profile_runtime():
     config = paper()
-    plans = plan_jobs(config)
+    plans = plan_jobs(resolve(config))
     assert len(plans) == 30 and not unfit(plans)
     for p in plans:
         assert p.peak_gb <= 0.9 * 80 and p.launch.nodes <= config["cluster"]["max_nodes"]
@@ -40,7 +40,7 @@ def test_every_paper_job_fits_80gb_gpus_and_the_profile_runtime():
 
 def test_the_50b_token_stream_is_tokenised_by_parallel_jobs_within_12_hours():
     config = paper()
-    plans = {(t.source, t.seq_len): t for t in plan_tokenize_jobs(config)}
+    plans = {(t.source, t.seq_len): t for t in plan_tokenize_jobs(resolve(config))}
     stream = plans[("stream", 2048)]
     assert stream.tokens == 50e9 and stream.shards > 1 and stream.hours <= TARGET_HOURS <= 12
     assert stream.runtime_minutes / 60 >= 2 * stream.hours  # a slower CPU still finishes within the job's limit
@@ -50,7 +50,7 @@ def test_the_50b_token_stream_is_tokenised_by_parallel_jobs_within_12_hours():
     assert double.shards == 2 * stream.shards  # twice the tokens, twice the jobs, the same wall time
     assert double.hours == pytest.approx(stream.hours)
     smoke = merge_preset({"preset": "smoke"}, REPO / "config")  # no cluster: one job of 4 workers
-    assert {(t.shards, t.workers) for t in plan_tokenize_jobs(smoke)} == {(1, 4)}
+    assert {(t.shards, t.workers) for t in plan_tokenize_jobs(resolve(smoke))} == {(1, 4)}
 
 
 def test_the_cli_names_the_jobs_that_fit_no_launch(capsys):
@@ -65,7 +65,7 @@ def test_the_cli_names_the_jobs_that_fit_no_launch(capsys):
 
 
 def test_parts_follow_the_launch():
-    run = resolve_run(paper(), "ed")
+    run = resolve(paper()).run("ed").as_dict()
     shape = QWEN3_SHAPES["Qwen/Qwen3-8B-Base"]
     one = estimate(shape, run, Launch(1, 8, 4, True, False))
     two = estimate(shape, run, Launch(2, 8, 4, True, False))
@@ -102,7 +102,7 @@ def test_a_job_the_cluster_cannot_hold_stops_the_dag_build(tmp_path):
     override.write_text(yaml.safe_dump({"preset": "paper", "cluster": {**paper()["cluster"], "gpu_memory_gb": 12}}))
     proc = run_snakemake(["-n", "all_tables", "--configfile", str(PAPER), str(override)], tmp_path, timeout=120)
     out = proc.stdout + proc.stderr
-    gamma = next(j for j in plan_one_gpu_jobs(paper()) if j.job == "gamma_search/qwen3_8b")
+    gamma = next(j for j in plan_one_gpu_jobs(resolve(paper())) if j.job == "gamma_search/qwen3_8b")
     assert proc.returncode != 0 and "do not fit the config's cluster" in out
     assert "qwen3_8b/ed:" in out and f"gamma_search/qwen3_8b: needs {gamma.peak_gb:.0f} GB on one GPU" in out
 
@@ -155,7 +155,7 @@ def test_a_layers_saved_activations_are_what_autograd_saves(act, mlp_trained):
 
 def test_evaluation_and_armap_jobs_fit_one_80gb_gpu_and_the_unfit_are_named():
     config = paper()
-    jobs = plan_one_gpu_jobs(config)
+    jobs = plan_one_gpu_jobs(resolve(config))
     assert {
         "evaluate/qwen3_8b/aime24",
         "evaluate/qwen3_8b/gpqa_diamond",
@@ -166,7 +166,7 @@ def test_evaluation_and_armap_jobs_fit_one_80gb_gpu_and_the_unfit_are_named():
     } <= {j.job for j in jobs}
     assert all(j.fits for j in jobs), [j.job for j in jobs if not j.fits]
     small = {**config, "cluster": {**config["cluster"], "gpu_memory_gb": 40}}
-    lines = unfit_one_gpu(plan_one_gpu_jobs(small), 40)
+    lines = unfit_one_gpu(plan_one_gpu_jobs(resolve(small)), 40)
     gamma = next(j for j in jobs if j.job == "gamma_search/qwen3_8b")
     assert 0.9 * 40 < gamma.peak_gb < 0.9 * 80  # the fp32 merge (33 GB) and one forward's scoring
     assert any(
@@ -200,7 +200,7 @@ def test_full_dpo_of_8b_is_sharded_over_the_gpus_that_hold_it(tmp_path):
             "dlm_dpo": {**config["armap"]["dlm_dpo"], "lora": None},
         },
     }
-    jobs = {j.job: j for j in plan_one_gpu_jobs(full)}
+    jobs = {j.job: j for j in plan_one_gpu_jobs(resolve(full))}
     for kind in ("dpo_teacher", "dlm_dpo"):
         job = jobs[f"{kind}/qwen3_8b"]
         assert (
@@ -211,7 +211,7 @@ def test_full_dpo_of_8b_is_sharded_over_the_gpus_that_hold_it(tmp_path):
     # 4B: a causal model's fp32 weights, gradients and AdamW (64 GB) with its activations fit one GPU; a DLM's
     # frozen fp32 reference (16 GB more) does not
     assert jobs["dpo_teacher/qwen3_4b"].gpus == 1 and jobs["dlm_dpo/qwen3_4b"].gpus == 2
-    assert {j.gpus for j in plan_one_gpu_jobs(config) if "dpo" in j.job} == {1}  # LoRA: one GPU
+    assert {j.gpus for j in plan_one_gpu_jobs(resolve(config)) if "dpo" in j.job} == {1}  # LoRA: one GPU
     override = tmp_path / "full_dpo.yaml"
     override.write_text(
         yaml.safe_dump({"preset": "paper", "armap": {"dpo": {"lora": None}, "dlm_dpo": {"lora": None}}})
@@ -257,8 +257,8 @@ def test_the_cluster_plan_gives_each_planned_job_its_resources_launch_and_retrie
     from ar2dlm.plan.launch import DPO_HOST_GB, MERGE_MEM_MB, plan_cluster, tokenize_resources
 
     config = paper()
-    cluster = plan_cluster(config)
-    assert set(cluster.conversions) == {p.job for p in plan_jobs(config)} and not cluster.unfit()
+    cluster = plan_cluster(resolve(config))
+    assert set(cluster.conversions) == {p.job for p in plan_jobs(resolve(config))} and not cluster.unfit()
     resources = cluster.conversion_resources()
     for job, (nodes, tasks, mpi) in {"qwen3_8b/ed": (2, 16, "srun"), "qwen3_8b/opd": (1, 1, "")}.items():
         model, run = job.split("/")
@@ -293,9 +293,9 @@ def test_the_cluster_plan_gives_each_planned_job_its_resources_launch_and_retrie
     assert tokenize_resources(plan_tokenize(config, "stream", "documents", 2048), False)["mem_mb"] == MERGE_MEM_MB
     # the DAG build's fit check and the CLI's: a GPU too small names the jobs
     small = {**config, "cluster": {**config["cluster"], "gpu_memory_gb": 8}}
-    assert any(line.startswith("qwen3_8b/") for line in plan_cluster(small).unfit())
+    assert any(line.startswith("qwen3_8b/") for line in plan_cluster(resolve(small)).unfit())
     # without a cluster nothing is planned: every job keeps the profile's resources
-    none = plan_cluster(merge_preset({"preset": "smoke"}, REPO / "config"))
+    none = plan_cluster(resolve(merge_preset({"preset": "smoke"}, REPO / "config")))
     wc = _Wildcards(model="tiny", run="mdlm")
     assert none.conversion_resources() == none.dpo_resources() == none.bench_train_resources() == {}
     assert none.conversion_launch(wc) == none.bench_train_launch() == "{}" and none.conversion_retries() is None
@@ -304,7 +304,7 @@ def test_the_cluster_plan_gives_each_planned_job_its_resources_launch_and_retrie
 
 def test_every_armap_job_of_the_paper_fits_its_runtime_dpo_in_resumable_segments():
     config = paper()
-    jobs = {j.job: j for j in plan_one_gpu_jobs(config)}
+    jobs = {j.job: j for j in plan_one_gpu_jobs(resolve(config))}
     runtimes = config["cluster"]["armap_runtime_hours"]
     armap = [j for j in jobs.values() if j.job.split("/")[0] in runtimes]
     assert len(armap) == 8 and all(j.time is not None for j in armap) and not over_runtime(jobs.values())
@@ -317,7 +317,7 @@ def test_every_armap_job_of_the_paper_fits_its_runtime_dpo_in_resumable_segments
     assert dlm.segments >= 4 and dlm.hours > 3 * runtimes["dlm_dpo"]  # 2000 steps of 2L rows, two ELBO draws each
     # a runtime the gamma search cannot fit fails the plan, naming the job; the CLI exits 1
     short = {**config, "cluster": {**config["cluster"], "armap_runtime_hours": {**runtimes, "gamma_search": 1}}}
-    lines = over_runtime(plan_one_gpu_jobs(short))
+    lines = over_runtime(plan_one_gpu_jobs(resolve(short)))
     assert len(lines) == 2 and lines[1].startswith("gamma_search/qwen3_8b: takes") and "runtime of 1 h" in lines[1]
 
 
@@ -358,7 +358,7 @@ def test_armap_memory_and_time_count_the_2l_layout_and_the_configured_length():
     longer = {**config, "armap": {**config["armap"], "dpo": {**config["armap"]["dpo"], "max_length": 4096}}}
 
     def gamma(c):
-        return next(j for j in plan_one_gpu_jobs(c) if j.job == "gamma_search/qwen3_8b")
+        return next(j for j in plan_one_gpu_jobs(resolve(c)) if j.job == "gamma_search/qwen3_8b")
 
     assert gamma(longer).peak_gb > gamma(config).peak_gb and gamma(longer).time.hours > 2 * gamma(config).time.hours
 
@@ -369,7 +369,7 @@ def test_on_policy_decoding_pays_the_per_forward_overhead():
     from ar2dlm.methods.distillation import FORWARD_OVERHEAD_MS_PER_LAYER, decode_seconds
 
     config = paper()
-    run, shape = resolve_run(config, "opd"), QWEN3_SHAPES["Qwen/Qwen3-8B-Base"]
+    run, shape = resolve(config).run("opd").as_dict(), QWEN3_SHAPES["Qwen/Qwen3-8B-Base"]
     launch = Launch(nodes=1, gpus_per_node=8, rows=8, activation_checkpointing=False, shard_teacher=False)
     without = decode_seconds(shape, run, launch, {**config["cluster"], "forward_overhead_ms_per_layer": 0.0})
     with_overhead = decode_seconds(shape, run, launch, config["cluster"])
@@ -381,7 +381,7 @@ def test_on_policy_decoding_pays_the_per_forward_overhead():
     assert decode_seconds(shape, run, launch, default) == pytest.approx(
         without + length * shape.layers * FORWARD_OVERHEAD_MS_PER_LAYER / 1e3
     )
-    assert decode_seconds(shape, resolve_run(config, "opd_off"), launch, config["cluster"]) == 0.0
+    assert decode_seconds(shape, resolve(config).run("opd_off").as_dict(), launch, config["cluster"]) == 0.0
 
 
 def test_the_planner_refuses_a_config_the_dag_build_refuses(tmp_path):
@@ -401,12 +401,13 @@ TRACE = """
 import json, sys
 from dataclasses import asdict
 from ar2dlm.pipeline.config import merge_preset
+from ar2dlm.pipeline.resolved import resolve
 from ar2dlm.plan.trace import trace_job
 config = merge_preset(
     {"preset": "paper", "cluster": {"gpus_per_node": int(sys.argv[2])}, "runs": {"opd": {"models": ["qwen3_0_6b"]}}},
     sys.argv[3],
 )
-print(json.dumps(asdict(trace_job(config, sys.argv[1]))))
+print(json.dumps(asdict(trace_job(resolve(config), sys.argv[1]))))
 """
 
 
@@ -446,8 +447,8 @@ def test_a_dpo_step_through_trl_traced_at_the_real_shape_is_within_its_plan():
     job = "dlm_dpo/qwen3_4b"
     script = (
         "import json, sys\nfrom dataclasses import asdict\nfrom ar2dlm.pipeline.config import merge_preset\n"
-        "from ar2dlm.plan.trace import trace_job\n"
-        "print(json.dumps(asdict(trace_job(merge_preset({'preset': 'paper'}, sys.argv[2]), sys.argv[1]))))"
+        "from ar2dlm.pipeline.resolved import resolve\nfrom ar2dlm.plan.trace import trace_job\n"
+        "print(json.dumps(asdict(trace_job(resolve(merge_preset({'preset': 'paper'}, sys.argv[2])), sys.argv[1]))))"
     )
     proc = subprocess.run(
         [sys.executable, "-c", script, job, str(REPO / "config")], capture_output=True, text=True, timeout=900, cwd=REPO

@@ -67,10 +67,9 @@ def test_summary_reports_measured_teacher_numbers(smoke_run):
 
 def test_every_study_evaluation_is_written(smoke_run):
     from ar2dlm.pipeline.config import merge_preset
-    from ar2dlm.pipeline.jobs import eval_jobs
+    from ar2dlm.pipeline.resolved import resolve
 
-    config = merge_preset(yaml.safe_load(open(SMOKE)), REPO / "config")
-    conversions, teachers = eval_jobs(config)
+    conversions, teachers = resolve(merge_preset(yaml.safe_load(open(SMOKE)), REPO / "config")).evals
     ev = smoke_run / "results" / "eval"
     paths = [ev / b / m / r / f"seed{s}" / f"step_{k}.json" for b, m, r, s, k in conversions]
     paths += [ev / b / m / "teacher.json" for b, m in teachers]
@@ -225,9 +224,9 @@ def test_figures_say_their_seeds_and_draw_the_teacher(smoke_run, monkeypatch):
     from ar2dlm.pipeline import layout
     from ar2dlm.pipeline.checks import checked_config
     from ar2dlm.reporting import figures
-    from ar2dlm.reporting.tables import headline_metric
 
-    config = checked_config(yaml.safe_load(open(SMOKE)), REPO / "config")
+    resolved = checked_config(yaml.safe_load(open(SMOKE)), REPO / "config")
+    config = resolved.config
     monkeypatch.chdir(smoke_run)
     drawn = {}
     monkeypatch.setattr(figures, "save", lambda fig, pdf, png: drawn.update(fig=fig))
@@ -235,7 +234,7 @@ def test_figures_say_their_seeds_and_draw_the_teacher(smoke_run, monkeypatch):
     for study, spec in config["studies"].items():
         if "figure" not in spec:
             continue
-        figures.study_figure(config, study, None, None)
+        figures.study_figure(resolved, study, None, None)
         ax = drawn["fig"].axes[0]
         assert ax.get_title().endswith(("one seed, no spread", " seeds")), (study, ax.get_title())
         labels = ax.get_legend_handles_labels()[1]
@@ -244,7 +243,8 @@ def test_figures_say_their_seeds_and_draw_the_teacher(smoke_run, monkeypatch):
             first = spec["evals"][0]
             teacher = json.loads((smoke_run / layout.eval_path(first, "tiny", "teacher")).read_text())["metrics"]
             lines = [line for line in ax.get_lines() if line.get_label() == "AR teacher"]
-            metric = ax.get_ylabel().split(": ")[1] if spec["figure"] != "flops" else headline_metric(config, first)
+            headline = resolved.benchmarks[first].headline_metric
+            metric = ax.get_ylabel().split(": ")[1] if spec["figure"] != "flops" else headline
             assert len(lines) == 1 and lines[0].get_ydata()[0] == pytest.approx(teacher[metric]), (study, labels)
         elif spec["figure"] == "retention":  # the share kept (the line at 1), unless the teacher scores 0
             said = [t.get_text() for t in ax.texts]

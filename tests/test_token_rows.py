@@ -264,11 +264,10 @@ def test_a_run_trains_on_the_layout_its_token_rows_folder_holds(preset):
     pipeline gives the run (``packs`` of its source and selection) agree for every run."""
     from ar2dlm.data.token_rows import packs, run_packs
     from ar2dlm.pipeline.config import merge_preset
-    from ar2dlm.pipeline.jobs import conversion_rows
-    from ar2dlm.pipeline.runs import resolve_run
+    from ar2dlm.pipeline.resolved import resolve
 
-    config = merge_preset({"preset": preset}, REPO / "config")
-    layouts = {name: packs(*conversion_rows(config, name)[:2]) for name in config["runs"]}
-    assert layouts == {name: run_packs(resolve_run(config, name)) for name in config["runs"]}
+    resolved = resolve(merge_preset({"preset": preset}, REPO / "config"))
+    layouts = {name: packs(*resolved.conversion_rows(name)[:2]) for name in resolved.runs}
+    assert layouts == {name: run_packs(run) for name, run in resolved.runs.items()}
     # tiny (and so smoke) trains every conversion on document rows; the paper preset packs its corpora
     assert (True in layouts.values()) == (preset == "paper") and False in layouts.values()

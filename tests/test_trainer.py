@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from ar2dlm.core.models import build_qwen3, save_model
 from ar2dlm.methods.distillation import on_policy_state, teacher_targets
 from ar2dlm.pipeline.config import merge_preset
-from ar2dlm.pipeline.runs import resolve_run
+from ar2dlm.pipeline.resolved import resolve
 from ar2dlm.provenance import write_jsonl
 from ar2dlm.training.teacher import ar_conventions
 from ar2dlm.training.trainer import run_conventions, train_run
@@ -35,8 +35,7 @@ def setup(smoke_tokenizer, tmp_path_factory):
 
 
 def run_cfg(name, **training):
-    cfg = merge_preset({"preset": "smoke"}, REPO / "config")
-    run = resolve_run(cfg, name)
+    run = resolve(merge_preset({"preset": "smoke"}, REPO / "config")).run(name).as_dict()
     run["training"].update(
         {
             "steps": 12,
@@ -599,23 +598,23 @@ def test_a_staged_run_starts_from_its_source_runs_final_weights_and_counts_its_c
 
 def test_staged_runs_are_checked_when_the_config_loads():
     from ar2dlm.pipeline.config import ConfigError
-    from ar2dlm.pipeline.jobs import conversion_settings, init_manifest, study_config
 
     cfg = merge_preset({"preset": "smoke"}, REPO / "config")
     cfg["runs"]["staged"] = {"method": "opdlm", "init": {"run": "ed"}}
-    assert init_manifest(cfg, "tiny", "staged", 1) == ["results/models/tiny/ed/seed1/train.json"]
-    assert conversion_settings(cfg, "staged")["init"]["settings"] == conversion_settings(cfg, "ed")
     cfg["studies"]["staged"] = {"runs": ["staged"], "evals": ["synthetic_code"]}
-    table_config = study_config(cfg, "staged")  # what the study's table resolves its runs from
-    assert set(table_config["runs"]) == {"staged", "ed"} and resolve_run(table_config, "staged")["init"] == {
+    resolved = resolve(cfg)
+    assert resolved.init_manifest("tiny", "staged", 1) == ["results/models/tiny/ed/seed1/train.json"]
+    assert resolved.conversion_settings("staged")["init"]["settings"] == resolved.conversion_settings("ed")
+    table_config = resolved.study_config("staged")  # what the study's table resolves its runs from
+    assert set(table_config["runs"]) == {"staged", "ed"} and resolve(table_config).run("staged")["init"] == {
         "run": "ed"
     }
     cfg["runs"]["ed"]["init"] = {"run": "staged"}
     with pytest.raises(ConfigError, match="in a loop: staged -> ed -> staged"):
-        resolve_run(cfg, "staged")
+        resolve(cfg)
     cfg["runs"]["ed"]["init"] = {"run": "nope"}
     with pytest.raises(ConfigError, match="no such run 'nope'"):
-        resolve_run(cfg, "staged")
+        resolve(cfg)
 
 
 class _ThreadRanks:

@@ -1,19 +1,21 @@
 import yaml
 
+from ar2dlm.pipeline.resolved import resolve
 from ar2dlm.provenance import log_to
 from ar2dlm.reporting.armap import armap_machines, gamma_figure, main_table, merges_table, shadowing_figure
 from ar2dlm.reporting.tables import provenance_footer, reported_rows, write_table
 
 log_to(snakemake.log[0])
-config, out = snakemake.params.config, snakemake.output
+resolved, out = resolve(snakemake.params.config), snakemake.output
+config = resolved.config
 a = config["armap"]
 header = (
     f"Preset `{config['preset']}`, runs {', '.join(a['runs'])}, seeds {', '.join(map(str, a['seeds']))}. "
     "Measured by this pipeline; mean ± standard deviation over seeds."
 )
-footer = provenance_footer(settings=a, machines=armap_machines(config))
+footer = provenance_footer(settings=a, machines=armap_machines(resolved))
 write_table(
-    main_table(config),
+    main_table(resolved),
     "AR-MAP: main table",
     header,
     config["preset"],
@@ -24,7 +26,7 @@ write_table(
     footer=footer,
 )
 write_table(
-    merges_table(config),
+    merges_table(resolved),
     "AR-MAP: task arithmetic vs TIES vs DARE",
     header,
     config["preset"],
@@ -33,5 +35,5 @@ write_table(
     out.merges_tex,
     footer=footer,
 )
-gamma_figure(config, out.gamma_pdf, out.gamma_png)
-shadowing_figure(config, out.shadow_pdf, out.shadow_png)
+gamma_figure(resolved, out.gamma_pdf, out.gamma_png)
+shadowing_figure(resolved, out.shadow_pdf, out.shadow_png)

@@ -1,20 +1,21 @@
 import yaml
 
+from ar2dlm.pipeline.resolved import resolve
 from ar2dlm.provenance import log_to
 from ar2dlm.reporting.tables import provenance_footer, reported_rows, study_header, study_table, write_table
 
 log_to(snakemake.log[0])
-config, study, out = snakemake.params.config, snakemake.wildcards.study, snakemake.output
-table, context = study_table(config, study)
-reported = reported_rows(yaml.safe_load(open(snakemake.input.reported)) or {}, study, config["preset"])
+resolved, study, out = resolve(snakemake.params.config), snakemake.wildcards.study, snakemake.output
+table, context = study_table(resolved, study)
+reported = reported_rows(yaml.safe_load(open(snakemake.input.reported)) or {}, study, resolved.preset)
 write_table(
     table,
     study,
     study_header(context),
-    config["preset"],
+    resolved.preset,
     out.md,
     out.csv,
     out.tex,
     reported,
-    provenance_footer(context["eval_commits"], config["studies"][study], context["machines"]),
+    provenance_footer(context["eval_commits"], resolved.studies[study].spec, context["machines"]),
 )

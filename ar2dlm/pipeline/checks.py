@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.conventions import block_misfit
@@ -13,34 +14,34 @@ from ..evaluation.suite import BENCHMARK_KINDS
 from ..methods.registry import problems, training_data
 from ..training.schedule import warmup_misfit
 from ..training.tracking import missing_package
-from .claims import check_claims, claim_merges
+from .claims import BEST_OTHER, HEADLINE, STUDY_CLAIM_KEYS, TEACHER, TRAINING, TRAINING_METRICS, Claim, claim_merges
 from .config import ConfigError, merge_preset, read_numbers, validate_config
 from .jobs import armap_domains, direct_objectives
-from .runs import resolve_run
+from .resolved import Resolved, resolve
 
 SYNTHETIC_DOMAINS = {"code": "code_suite", "math": "math_suite"}  # preference domains built from a suite
 
 
-def checked_config(config: dict, config_dir: str | Path) -> dict:
-    """``config`` over its preset, validated against the schema and by the cross-key checks: the
-    config the Snakefile builds the DAG from (a ConfigError names the first bad key)."""
+def checked_config(config: dict, config_dir: str | Path) -> Resolved:
+    """``config`` over its preset, validated against the schema and by the cross-key checks, and
+    resolved: what the Snakefile builds the DAG from (a ConfigError names the first bad key)."""
     merged = read_numbers(merge_preset(config, config_dir))
     validate_config(merged, Path(config_dir) / "schema.yaml")
-    check_config(merged)
-    return merged
+    return check_config(merged)
 
 
-def check_config(config: dict) -> None:
-    """Cross-key checks, run when the DAG is built, before any job starts."""
+def check_config(config: dict) -> Resolved:
+    """Cross-key checks, run when the DAG is built, before any job starts; the config resolved."""
     check_data(config)
     check_models(config)
     check_prompt_sets(config)
-    check_runs(config)
-    check_evals(config)
-    check_armap(config)
-    check_claims(config)
+    resolved = resolve(config)
+    check_runs(resolved)
+    check_evals(resolved)
+    check_armap(resolved)
+    check_claims(resolved)
     check_local_files(config)
-    check_bench(config)
+    check_bench(resolved)
     check_lengths(config)
     package = missing_package(config["tracking"]["backend"])
     if package:
@@ -49,6 +50,7 @@ def check_config(config: dict) -> None:
             f"{config['tracking']['backend']} needs the {package} package, which "
             f"this environment lacks (pip install {package})",
         )
+    return resolved
 
 
 def check_data(config: dict) -> None:
@@ -225,7 +227,8 @@ def emulated_bf16_warning(config: dict) -> str | None:
     )
 
 
-def check_bench(config: dict) -> None:
+def check_bench(resolved: Resolved) -> None:
+    config = resolved.config
     bench = config["bench"]
     if bench["model"] not in config["models"]:
         raise ConfigError("bench.model", f"{bench['model']!r} is not a key of models ({', '.join(config['models'])})")
@@ -234,12 +237,12 @@ def check_bench(config: dict) -> None:
     for role, run in bench["train_runs"].items():
         if run not in config["runs"]:
             raise ConfigError(f"bench.train_runs.{role}", f"{run!r} is not a key of runs")
-    timed = resolve_run(config, bench["run"])
-    if timed["attention"] != "block" or bench["model"] not in timed["models"]:
+    timed = resolved.run(bench["run"])
+    if timed.attention != "block" or bench["model"] not in timed.models:
         raise ConfigError(
             "bench.run",
             f"the decode benchmark times a block-attention run of {bench['model']}; "
-            f"{bench['run']!r} is {timed['attention']} on {timed['models']}",
+            f"{bench['run']!r} is {timed.attention} on {list(timed.models)}",
         )
     spec = config["eval"]["benchmarks"].get(bench["benchmark"])
     if spec is None or spec["kind"] != "code":
@@ -252,7 +255,7 @@ def check_bench(config: dict) -> None:
             "bench.task_prompts",
             f"{bench['task_prompts']} prompts, but benchmark {bench['benchmark']} keeps {spec['limit']}",
         )
-    if problem := block_misfit(timed["block_size"], bench["max_new_tokens"], "the generation length"):
+    if problem := block_misfit(timed.block_size, bench["max_new_tokens"], "the generation length"):
         raise ConfigError("bench.max_new_tokens", f"run {bench['run']}'s {problem}")
 
 
@@ -298,15 +301,15 @@ def check_micro_batches(config: dict, name: str, tr: dict) -> None:
             )
 
 
-def check_runs(config: dict) -> None:
+def check_runs(resolved: Resolved) -> None:
     """Cross-key checks of every run and study, with the key named."""
+    config = resolved.config
     models = config["models"]
-    for name in config["runs"]:
+    for name, run in resolved.runs.items():
         key = f"runs.{name}"
         if name == "teacher":
             raise ConfigError(key, "'teacher' names the AR teacher's folder; give the run another name")
-        run = resolve_run(config, name)
-        for m in run["models"]:
+        for m in run.models:
             if m not in models:
                 raise ConfigError(f"{key}.models", f"{m!r} is not a key of models ({', '.join(models)})")
         tr = run["training"]
@@ -330,18 +333,15 @@ def check_runs(config: dict) -> None:
             raise ConfigError(f"{key}.block_size", problem)
         for sub, message in problems(run, config):  # its method's and loss terms' own checks
             raise ConfigError(f"{key}.{sub}", message)
-    for study, spec in config["studies"].items():
-        for r in spec["runs"]:
-            if r not in config["runs"]:
-                raise ConfigError(f"studies.{study}.runs", f"{r!r} is not a key of runs")
-        for r in spec.get("run_seeds", {}):
-            if r not in spec["runs"]:
+    for study in resolved.studies.values():  # resolving a study checks that its runs exist
+        for r in study.spec.get("run_seeds", {}):
+            if r not in study.runs:
                 raise ConfigError(
-                    f"studies.{study}.run_seeds", f"{r!r} is not one of the study's runs ({', '.join(spec['runs'])})"
+                    f"studies.{study.name}.run_seeds", f"{r!r} is not one of the study's runs ({', '.join(study.runs)})"
                 )
-        for m in spec.get("models", []):
+        for m in study.spec.get("models", []):
             if m not in models:
-                raise ConfigError(f"studies.{study}.models", f"{m!r} is not a key of models")
+                raise ConfigError(f"studies.{study.name}.models", f"{m!r} is not a key of models")
 
 
 LINES_CHECKED = 100_000  # lines of a local JSONL file parsed at DAG build (a job reads the rest)
@@ -399,9 +399,10 @@ def check_local_files(config: dict) -> None:
             check_local_file(f"eval.benchmarks.{name}.path", b["path"])
 
 
-def check_evals(config: dict) -> None:
+def check_evals(resolved: Resolved) -> None:
     """Every benchmark fits its data (its kind's own checks too), and each a study names exists and fits
     the runs it evaluates."""
+    config = resolved.config
     benches, data = config["eval"]["benchmarks"], config["data"]
     for name, b in benches.items():
         key = f"eval.benchmarks.{name}"
@@ -424,11 +425,7 @@ def check_evals(config: dict) -> None:
             kind = BENCHMARK_KINDS[b["kind"]]
             if not kind.decoded:
                 continue
-            blocks = [
-                resolve_run(config, r)["block_size"]
-                for r in spec["runs"]
-                if resolve_run(config, r)["attention"] == "block"
-            ]
+            blocks = [resolved.run(r).block_size for r in spec["runs"] if resolved.run(r).attention == "block"]
             # a kind with a row per decoding setting sweeps its block sizes and steps per block
             blocks += b.get("block_sizes", []) if kind.rows else [b["block_size"]]
             for bs in blocks:
@@ -442,12 +439,13 @@ def check_evals(config: dict) -> None:
                     )
 
 
-def check_armap(config: dict) -> None:
+def check_armap(resolved: Resolved) -> None:
+    config = resolved.config
     a, prefs = config["armap"], config["data"]["preferences"]
     for r in a["runs"]:
         if r not in config["runs"]:
             raise ConfigError("armap.runs", f"{r!r} is not a key of runs")
-        if resolve_run(config, r)["attention"] == "causal":
+        if resolved.run(r).attention == "causal":
             raise ConfigError("armap.runs", f"{r!r} trains a causal model; AR-MAP transfers to DLMs")
     for d in a["domains"]:
         if d not in prefs["domains"]:
@@ -455,7 +453,7 @@ def check_armap(config: dict) -> None:
                 "armap.domains", f"{d!r} is not a key of data.preferences.domains ({', '.join(prefs['domains'])})"
             )
     for d, benches in a["evals"].items():
-        if d not in armap_domains(config):
+        if d not in armap_domains(a):
             raise ConfigError("armap.evals", f"{d!r} is neither one of armap.domains nor 'all'")
         for b in benches:
             if b not in config["eval"]["benchmarks"]:
@@ -470,7 +468,7 @@ def check_armap(config: dict) -> None:
             raise ConfigError(
                 f"armap.merge_seeds.{m}", f"{sorted(set(seeds) - set(a['seeds']))} not in armap.seeds {a['seeds']}"
             )
-        if m in a["eval_merges"] or m in claim_merges(config):
+        if m in a["eval_merges"] or m in claim_merges(resolved.claims):
             raise ConfigError(
                 f"armap.merge_seeds.{m}",
                 "the evaluated merges and those AR-MAP's claims read "
@@ -484,7 +482,7 @@ def check_armap(config: dict) -> None:
     runtimes = config.get("cluster", {}).get("armap_runtime_hours")  # planned: a runtime for each AR-MAP job kind
     if "dlm_simpo" in a and runtimes is not None and "dlm_simpo" not in runtimes:
         raise ConfigError("cluster.armap_runtime_hours.dlm_simpo", "missing: armap.dlm_simpo's jobs need a runtime")
-    parts = ("dpo", *(f"dlm_{o}" for o in direct_objectives(config)))
+    parts = ("dpo", *(f"dlm_{o}" for o in direct_objectives(a)))
     for part in parts:
         if a[part]["batch_size"] % a[part].get("grad_accum", 1):
             raise ConfigError(
@@ -514,3 +512,171 @@ def sandbox_problem(config: dict) -> str | None:
     except SandboxUnavailable as exc:
         return " ".join(str(exc).split())
     return None
+
+
+def _claims(config: dict) -> dict:
+    return config.get("claims", {}).get("judged", {})
+
+
+def check_claims(resolved: Resolved) -> None:
+    """Every claim names what exists: a study, runs of it, a benchmark of it and a metric that
+    benchmark writes, or a merge of armap.merges."""
+    config = resolved.config
+    for c in resolved.claims:
+        key = f"claims.judged.{c.id}"
+        if c.armap is not None:
+            if extra := [k for k in STUDY_CLAIM_KEYS if k in _claims(config)[c.id]]:
+                raise ConfigError(
+                    f"{key}.{extra[0]}",
+                    "an AR-MAP claim (armap:) reads the gamma searches; "
+                    f"{', '.join(STUDY_CLAIM_KEYS)} are a study claim's keys",
+                )
+            check_armap_claim(config["armap"], key, c.armap)
+            relative_ok = c.armap["measure"] == "merged_vs_direct"
+        else:
+            if c.study not in resolved.studies:
+                raise ConfigError(f"{key}.study", f"{c.study!r} is not a key of studies")
+            check_claim_runs(resolved, key, c)
+            check_claim_metric(resolved, key, c)
+            benches = c.benchmark if isinstance(c.benchmark, list) else [c.benchmark]
+            relative_ok = all(b == TRAINING or resolved.benchmarks[b].kind.scored for b in benches)
+        if c.effect.get("unit") == "rel" and not relative_ok:
+            raise ConfigError(
+                f"{key}.effect.unit",
+                "rel (percent of the compared arm's mean) needs a study claim on a scored benchmark or on "
+                "training, or AR-MAP's merged_vs_direct; give the effect in the claim's measure (abs)",
+            )
+
+
+def check_armap_claim(a: dict, key: str, spec: dict) -> None:
+    """An AR-MAP claim's merge is searched (and, compared with direct DLM DPO, evaluated), and the
+    domains it orders are searched (``a``: the config's ``armap``)."""
+    merge = spec.get("merge")
+    if spec["measure"] == "shadowing":  # the task vectors' spectra: before any merge
+        if merge is not None:
+            raise ConfigError(f"{key}.armap.merge", "shadowing reads the task vectors' spectra, before any merge")
+        return
+    if merge is None:
+        raise ConfigError(f"{key}.armap.merge", f"{spec['measure']} reads a merge's gamma searches: name one")
+    if merge not in a["merges"]:
+        raise ConfigError(f"{key}.armap.merge", f"{merge!r} is not a key of armap.merges ({', '.join(a['merges'])})")
+    reference = {"vs_gamma_one": 1, "vs_no_transfer": 0}.get(spec["measure"])
+    if reference is not None and reference not in a["gamma"]["grid"]:
+        raise ConfigError("armap.gamma.grid", f"{key} compares with gamma {reference}, which the grid does not search")
+    if "baseline" in spec and spec["measure"] != "merged_vs_direct":
+        raise ConfigError(
+            f"{key}.armap.baseline", f"only merged_vs_direct compares with a baseline, not {spec['measure']}"
+        )
+    if spec["measure"] == "merged_vs_direct":
+        if merge not in a["eval_merges"]:
+            raise ConfigError(
+                f"{key}.armap.merge",
+                f"{merge!r} is not evaluated (armap.eval_merges: {', '.join(a['eval_merges'])}); merged_vs_direct "
+                "compares its evaluations with the directly DPO'd DLM's",
+            )
+        if not a.get("dlm_dpo_seeds", a["seeds"]):
+            raise ConfigError("armap.dlm_dpo_seeds", f"empty: {key} compares with the directly DPO'd DLM")
+        baseline = spec.get("baseline", "dpo")
+        if f"dlm_{baseline}" not in a:
+            raise ConfigError(
+                f"{key}.armap.baseline", f"{baseline!r} compares with armap.dlm_{baseline}, not configured"
+            )
+        if not any(a["evals"].get(d) for d in a["domains"]):
+            raise ConfigError("armap.evals", f"no searched domain has a benchmark: {key} compares their scores")
+    if spec["measure"] == "gamma_order":
+        for side in ("lower", "higher"):
+            if spec[side] not in a["domains"]:
+                raise ConfigError(
+                    f"{key}.armap.{side}", f"{spec[side]!r} is not one of armap.domains ({', '.join(a['domains'])})"
+                )
+        if spec["lower"] == spec["higher"]:
+            raise ConfigError(f"{key}.armap.higher", f"orders {spec['lower']!r} against itself")
+
+
+def check_claim_runs(resolved: Resolved, key: str, c: Claim) -> None:
+    """The compared runs are the study's (or the teacher, or the best other run), on its model."""
+    study = resolved.studies[c.study]
+    runs, where = study.runs, f"the runs of studies.{c.study} ({', '.join(study.runs)})"
+    if c.run not in runs:
+        raise ConfigError(f"{key}.run", f"{c.run!r} is not one of {where}")
+    if c.against not in runs and c.against not in (TEACHER, BEST_OTHER):
+        raise ConfigError(f"{key}.against", f"{c.against!r} is neither teacher, best_other nor one of {where}")
+    if c.against == BEST_OTHER and BEST_OTHER in runs:
+        raise ConfigError(f"{key}.against", f"{BEST_OTHER} is ambiguous: the study has a run of that name")
+    if c.against == c.run or (c.against == BEST_OTHER and len(runs) < 2):
+        raise ConfigError(f"{key}.against", f"compares {c.run!r} with itself")
+    if c.equal_flops and c.against == TEACHER:
+        raise ConfigError(f"{key}.equal_flops", "the AR teacher has no training FLOPs to compare")
+    models = study.models
+    model = c.model or models[0]
+    if model not in models:
+        raise ConfigError(
+            f"{key}.model", f"{model!r} is not one of the models of studies.{c.study} ({', '.join(models)})"
+        )
+    for r in (c.run, c.against):
+        if r in runs and model not in resolved.run(r).models:
+            raise ConfigError(f"{key}.model", f"run {r!r} does not train on {model!r}")
+
+
+def check_claim_metric(resolved: Resolved, key: str, c: Claim, in_list: bool = False) -> None:
+    """The claim's benchmark is one of its study's, and writes the metric it reads."""
+    study, name, metric = c.study, c.benchmark, c.metric
+    if isinstance(name, list):  # the mean over several benchmarks, each on its headline metric
+        if metric != HEADLINE:
+            raise ConfigError(f"{key}.metric", f"a claim on several benchmarks reads each one's {HEADLINE!r} metric")
+        if c.decoding != "best":
+            raise ConfigError(f"{key}.decoding", "a claim on several benchmarks reads each one's headline (best) row")
+        for b in name:
+            check_claim_metric(resolved, key, replace(c, benchmark=b), in_list=True)
+        return
+    if metric == HEADLINE and not in_list:
+        raise ConfigError(f"{key}.metric", f"{HEADLINE!r} is the metric of a claim on a list of benchmarks")
+    if name == TRAINING:
+        if metric not in TRAINING_METRICS:
+            known = ", ".join(TRAINING_METRICS)
+            raise ConfigError(f"{key}.metric", f"{metric!r} is not a metric of training ({known})")
+        if c.against == TEACHER:
+            raise ConfigError(f"{key}.against", "the AR teacher has no conversion run to read training from")
+        return
+    evals = resolved.studies[study].evals
+    if name not in evals:
+        raise ConfigError(
+            f"{key}.benchmark", f"{name!r} is not one of the evals of studies.{study} ({', '.join(evals)})"
+        )
+    bench, kind = resolved.benchmarks[name].settings, resolved.benchmarks[name].kind
+    if metric == HEADLINE:
+        if not kind.scored:
+            raise ConfigError(f"{key}.benchmark", f"{name} (kind {bench['kind']}) has no score in [0, 1] to average")
+        return
+    if metric in kind.rates and c.decoding == "best":
+        raise ConfigError(
+            f"{key}.decoding",
+            f"{metric} of the best row is the fastest setting whatever its accuracy: read lowest_threshold or "
+            "default_threshold",
+        )
+    if metric not in kind.metrics:
+        raise ConfigError(
+            f"{key}.metric",
+            f"{metric!r} is not a metric of benchmark {name} (kind {bench['kind']}: {', '.join(kind.metrics)})",
+        )
+    k = int(metric.rsplit("@", 1)[1]) if "_pass@" in metric else 1
+    if k > bench.get("n_samples", 1):
+        raise ConfigError(
+            f"{key}.metric",
+            f"{metric} needs at least {k} samples per task; "
+            f"eval.benchmarks.{name}.n_samples is {bench.get('n_samples', 1)}",
+        )
+    if metric.startswith("plus_") and bench.get("format") != "evalplus":
+        raise ConfigError(
+            f"{key}.metric", f"{metric} needs the evalplus format; eval.benchmarks.{name} is {bench.get('format')}"
+        )
+    if c.decoding != "best" and not kind.rows:
+        raise ConfigError(
+            f"{key}.decoding",
+            f"benchmark {name} (kind {bench['kind']}) writes one result, not one row per decoding setting",
+        )
+    if c.decoding == "default_threshold" and bench["threshold"] not in bench.get("thresholds", []):
+        raise ConfigError(
+            f"{key}.decoding",
+            f"benchmark {name} sweeps thresholds {bench.get('thresholds')}, not its own {bench['threshold']}",
+        )

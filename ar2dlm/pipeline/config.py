@@ -1,6 +1,6 @@
 """Config loading: presets merged over the presets they extend, the schema (config/schema.yaml with
-the method registry's names and loss terms) and its error named by key, and a benchmark's settings
-over the preset's decoding defaults. Cross-key checks live in ``checks``."""
+the method registry's names and loss terms) and its error named by key. Cross-key checks live in
+``checks``; the config resolved into typed objects in ``resolved``."""
 
 from __future__ import annotations
 
@@ -127,11 +127,6 @@ def validate_config(config: dict, schema_path: str | Path) -> None:
         return
     err = jsonschema.exceptions.best_match(err.context if err.context else [err])
     raise ConfigError(".".join(str(p) for p in err.absolute_path) or "<top level>", err.message)
-
-
-def benchmark_settings(config: dict, name: str) -> dict:
-    """The benchmark's config over the preset's default decoding settings."""
-    return deep_merge(config["eval"]["decoding"], config["eval"]["benchmarks"][name])
 
 
 def use_checkout(basedir: str | Path) -> None:

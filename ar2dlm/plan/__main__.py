@@ -8,10 +8,12 @@ check the DAG build runs when the config sets ``cluster``)."""
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ..pipeline.checks import checked_config
 from ..pipeline.config import ConfigError, read_config_file
+from ..provenance import deep_merge
 from .launch import plan_cluster
 from .memory import GB
 from .tokenize import TOKENS_PER_SECOND, plan_tokenize_jobs
@@ -29,18 +31,19 @@ def main(argv=None) -> int:
     if not path.is_file():
         sys.exit(f"--configfile {args.configfile}: no such file")
     try:  # the DAG build's checks: a typo in a key is refused here as there, naming the key
-        config = checked_config(read_config_file(path), REPO / "config")
+        resolved = checked_config(read_config_file(path), REPO / "config")
     except ConfigError as exc:
         sys.exit(f"{args.configfile}: invalid config: {exc}")
-    if not config.get("cluster"):
+    if not resolved.config.get("cluster"):
         sys.exit(
             f"{args.configfile}: no `cluster:` section (gpu_memory_gb, gpus_per_node, max_nodes, gpu_tflops, "
             "mfu, runtime_hours) to plan for"
         )
     if args.gpu_memory_gb:
-        config["cluster"]["gpu_memory_gb"] = args.gpu_memory_gb
-    c = config["cluster"]
-    cluster = plan_cluster(config)
+        override = {"cluster": {"gpu_memory_gb": args.gpu_memory_gb}}
+        resolved = replace(resolved, config=deep_merge(resolved.config, override))
+    c = resolved.config["cluster"]
+    cluster = plan_cluster(resolved)
     plans = list(cluster.conversions.values())
     print(
         f"per-GPU peak (GB) of each conversion job on {c['gpu_memory_gb']:g} GB GPUs, {c['gpus_per_node']} per node; "
@@ -85,7 +88,7 @@ def main(argv=None) -> int:
         "| rows | tokens | shard jobs | workers per job | hours | memory (GB per job) | runtime limit (h) |\n"
         "|---|---|---|---|---|---|---|"
     )
-    for t in plan_tokenize_jobs(config):
+    for t in plan_tokenize_jobs(resolved):
         print(
             f"| {t.source}/{t.selection}_len{t.seq_len} | {t.tokens / 1e9:.2f}B | {t.shards} | {t.workers} | "
             f"{t.hours:.1f} | {t.mem_mb / 1000:g} | {t.runtime_minutes / 60:.1f} |"

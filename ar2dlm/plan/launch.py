@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .armap import STOP_FRACTION, over_runtime
 from .memory import Plan, model_shape, plan_bench_train, plan_jobs, unfit
 from .one_gpu import GpuJob, plan_one_gpu_jobs, sharded_host_gb, unfit_one_gpu
 from .tokenize import TokenizePlan
+
+if TYPE_CHECKING:
+    from ..pipeline.resolved import Resolved
 
 DPO_HOST_GB = 64  # host memory of a DPO job on one GPU: the policy's and reference's load before the copy
 MERGE_MEM_MB, MERGE_RUNTIME_MINUTES = 16000, 240  # a job merging token shards: indexes read, files linked
@@ -160,17 +164,18 @@ def _launch_json(plan: Plan, stop_after_hours: float | None = None) -> str:
     return json.dumps(choices)
 
 
-def plan_cluster(config: dict) -> ClusterPlan:
+def plan_cluster(resolved: Resolved) -> ClusterPlan:
     """Every planned job of the config's ``cluster`` (an empty plan without one)."""
+    config = resolved.config
     if not config.get("cluster"):
         return ClusterPlan()
     bench = config["bench"]["model"]
     shape = model_shape(config["models"][bench], config["data"]["tokenizer"].get("vocab_size"))
-    bench_train = plan_bench_train(config)
+    bench_train = plan_bench_train(resolved)
     return ClusterPlan(
         cluster=config["cluster"],
-        conversions={p.job: p for p in plan_jobs(config)},
-        gpu_jobs={j.job: j for j in plan_one_gpu_jobs(config)},
+        conversions={p.job: p for p in plan_jobs(resolved)},
+        gpu_jobs={j.job: j for j in plan_one_gpu_jobs(resolved)},
         bench_train=bench_train,
         bench_host_gb=sharded_host_gb(shape, bench_train.launch.gpus_per_node) if bench_train.launch else None,
     )

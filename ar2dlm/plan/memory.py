@@ -21,9 +21,13 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.precision import planned_dtype
 from ..methods.registry import active_parts, step_length, teacher_of
+
+if TYPE_CHECKING:
+    from ..pipeline.resolved import Resolved
 
 GB = 1e9
 FP32 = 4
@@ -353,29 +357,29 @@ def plan_job(job: str, shape: Shape, run: dict, cluster: dict) -> Plan:
     )
 
 
-def plan_jobs(config: dict) -> list[Plan]:
+def plan_jobs(resolved: Resolved) -> list[Plan]:
     """A plan for every (model, run) the config trains (its seeds share it), for ``config["cluster"]``."""
-    from ..pipeline.jobs import conversion_jobs, conversion_settings
 
+    config = resolved.config
     vocab = config["data"]["tokenizer"].get("vocab_size")
     plans = {}
-    for job in conversion_jobs(config):
+    for job in resolved.conversions:
         key = f"{job.model}/{job.run}"
         if key not in plans:
-            run = conversion_settings(config, job.run)
+            run = resolved.conversion_settings(job.run)
             plans[key] = plan_job(key, model_shape(config["models"][job.model], vocab), run, config["cluster"])
     return list(plans.values())
 
 
-def plan_bench_train(config: dict) -> Plan:
+def plan_bench_train(resolved: Resolved) -> Plan:
     """The training benchmark's launch: the bench model's plan of whichever of its timed runs
     (``bench.train_runs``) needs the most GPUs (aligning reads a teacher too), so every one fits it."""
-    from ..pipeline.jobs import conversion_settings
 
+    config = resolved.config
     model = config["bench"]["model"]
     shape = model_shape(config["models"][model], config["data"]["tokenizer"].get("vocab_size"))
     plans = [
-        plan_job(f"bench_train/{model}/{run}", shape, conversion_settings(config, run), config["cluster"])
+        plan_job(f"bench_train/{model}/{run}", shape, resolved.conversion_settings(run), config["cluster"])
         for run in config["bench"]["train_runs"].values()
     ]
     return max(plans, key=lambda p: (p.launch is not None, p.launch.gpus if p.launch else 0))

@@ -26,10 +26,14 @@ are also timed against their runtimes (:mod:`ar2dlm.plan.armap`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ..core.precision import planned_dtype
 from .armap import JobTime, dpo_time, gamma_time, spectra_time
 from .memory import FP32, GB, MASKED_FRACTION, USABLE, Shape, model_shape
+
+if TYPE_CHECKING:
+    from ..pipeline.resolved import Resolved
 
 PROMPT_TOKENS = 1024
 BF16 = 2
@@ -192,32 +196,29 @@ def sharded_host_gb(shape: Shape, gpus: int) -> float:
     return round(gpus * (FP32 + BF16) * shape.params * 1.1 / GB + HOST_OVERHEAD_GB, 1)
 
 
-def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
+def plan_one_gpu_jobs(resolved: Resolved) -> list[GpuJob]:
     """Every evaluation and AR-MAP job kind the config runs, per model: the largest benchmark of each
     kind the model is evaluated on, DPO of the teacher and of the DLM, spectra and gamma search."""
-    from ..evaluation.suite import BENCHMARK_KINDS
-    from ..pipeline.config import benchmark_settings
-    from ..pipeline.jobs import armap_jobs, eval_jobs
-    from ..pipeline.runs import resolve_run
-
+    config = resolved.config
     budget = USABLE * config["cluster"]["gpu_memory_gb"] * GB
     vocab = config["data"]["tokenizer"].get("vocab_size")
     shapes = {m: model_shape(config["models"][m], vocab) for m in config["models"]}
-    conversions, teachers = eval_jobs(config)
-    armap = armap_jobs(config)
+    conversions, teachers = resolved.evals
+    armap = resolved.armap
     # (model, benchmark, run); a teacher's evaluations (its DPO'd ones too) have no run
     evaluated = {(e.model, e.benchmark, getattr(e, "run", "teacher")) for e in [*conversions, *teachers, *armap.evals]}
     jobs: dict[str, GpuJob] = {}
     for model, bench, run in sorted(evaluated):
-        shape, spec = shapes[model], benchmark_settings(config, bench)
+        shape, benchmark = shapes[model], resolved.benchmarks[bench]
+        spec = benchmark.settings
         act = _bytes(spec.get("dtype", "bf16"))
         block = max(
-            [(resolve_run(config, run)["block_size"] if run != "teacher" else None) or spec.get("block_size") or 1]
+            [(resolved.run(run).block_size if run != "teacher" else None) or spec.get("block_size") or 1]
             + spec.get("block_sizes", [])
         )
-        if BENCHMARK_KINDS[spec["kind"]].decoded or spec.get("max_gen_toks"):
+        if benchmark.kind.decoded or spec.get("max_gen_toks"):
             parts = decode_parts(shape, spec, block)
-        elif BENCHMARK_KINDS[spec["kind"]].scores_by_elbo:
+        elif benchmark.kind.scores_by_elbo:
             parts = elbo_parts(shape, act, min(spec["elbo_samples"], spec["batch_size"]), PROMPT_TOKENS + 1024)
         else:  # embeddings: one forward of a batch of 512-token texts
             parts = {
@@ -227,7 +228,7 @@ def plan_one_gpu_jobs(config: dict) -> list[GpuJob]:
         job = _job(f"evaluate/{model}/{bench}", parts, budget)
         if job.job not in jobs or job.peak_gb > jobs[job.job].peak_gb:
             jobs[job.job] = job
-    for job in armap_one_gpu_jobs(config, shapes, armap, budget):
+    for job in armap_one_gpu_jobs(resolved, shapes, budget):
         jobs[job.job] = job
     return list(jobs.values())
 
@@ -241,13 +242,13 @@ def _eval_pairs(config: dict, section: dict) -> int:
     return sum(prefs["domains"][d].get("n_eval", prefs["n_eval"]) for d in config["armap"]["domains"])
 
 
-def armap_one_gpu_jobs(config: dict, shapes: dict, armap, budget: float) -> list[GpuJob]:
+def armap_one_gpu_jobs(resolved: Resolved, shapes: dict, budget: float) -> list[GpuJob]:
     """DPO of the teacher and of the DLM, spectra and gamma search per model: memory, and hours
     against ``cluster.armap_runtime_hours``. The DLM's rows take the 2L layout when any of the
     model's AR-MAP runs uses block attention; pairs are cut to their DPO's ``max_length``."""
     from ..pipeline.jobs import direct_objectives
-    from ..pipeline.runs import resolve_run
 
+    config, armap = resolved.config, resolved.armap
     a, cluster = config["armap"], config["cluster"]
     runtime = cluster["armap_runtime_hours"]
     rows = min(a["gamma"]["elbo_samples"], a["gamma"]["batch_size"])
@@ -255,10 +256,8 @@ def armap_one_gpu_jobs(config: dict, shapes: dict, armap, budget: float) -> list
     jobs = []
     for model in sorted({j.model for j in armap.dpo}):
         shape = shapes[model]
-        two_copy = any(resolve_run(config, d.run)["attention"] == "block" for d in armap.dlms if d.model == model)
-        kinds = [("dpo_teacher", a["dpo"], False)] + [
-            (f"dlm_{o}", a[f"dlm_{o}"], True) for o in direct_objectives(config)
-        ]
+        two_copy = any(resolved.run(d.run).attention == "block" for d in armap.dlms if d.model == model)
+        kinds = [("dpo_teacher", a["dpo"], False)] + [(f"dlm_{o}", a[f"dlm_{o}"], True) for o in direct_objectives(a)]
         for kind, cfg, diffusion in kinds:
             if kind == "dlm_simpo":  # TRL's CPO trainer on one GPU, no reference
                 job = _job(f"{kind}/{model}", {**dpo_parts(shape, cfg, True, two_copy), "reference": 0.0}, budget)

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .one_gpu import PROMPT_TOKENS
+
+if TYPE_CHECKING:
+    from ..pipeline.resolved import Resolved
 
 TOKENS_PER_SECOND = 160_000  # per worker process (see the module's docstring)
 TARGET_HOURS = 6.0
@@ -68,9 +72,8 @@ def plan_tokenize(config: dict, source: str, selection: str, seq_len: int) -> To
     return TokenizePlan(source, selection, seq_len, tokens, shards, workers, hours)
 
 
-def plan_tokenize_jobs(config: dict) -> list[TokenizePlan]:
+def plan_tokenize_jobs(resolved: Resolved) -> list[TokenizePlan]:
     """A plan for every token_rows folder the config's conversions train on."""
-    from ..pipeline.jobs import conversion_jobs, conversion_rows
 
-    keys = sorted({conversion_rows(config, j.run) for j in conversion_jobs(config)})
-    return [plan_tokenize(config, *k) for k in keys]
+    keys = sorted({resolved.conversion_rows(j.run) for j in resolved.conversions})
+    return [plan_tokenize(resolved.config, *k) for k in keys]

@@ -33,11 +33,16 @@ import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .memory import GB, MASKED_FRACTION, Plan, Shape, model_shape, plan_job
+
+if TYPE_CHECKING:
+    from ..pipeline.resolved import Resolved
+    from ..pipeline.runs import Run
 
 
 @dataclass(frozen=True)
@@ -259,7 +264,7 @@ def _local(p: torch.Tensor) -> torch.Tensor:
     return p.to_local() if hasattr(p, "to_local") else p
 
 
-def trace_gamma_search(config: dict, model_name: str) -> Traced:
+def trace_gamma_search(resolved: Resolved, model_name: str) -> Traced:
     """Peak memory of one forward of AR-MAP's gamma search on ``model_name``'s DLM, on its one GPU: the
     fp32 merged weights, and ``min(elbo_samples, batch_size)`` masked copies of a pair of DPO's
     ``max_length`` tokens scored by the search's own ELBO (``core.likelihood.dlm_elbo``) under bf16
@@ -271,17 +276,16 @@ def trace_gamma_search(config: dict, model_name: str) -> Traced:
 
     from ..core.conventions import Conventions
     from ..core.likelihood import dlm_elbo
-    from ..pipeline.jobs import armap_dlms
-    from ..pipeline.runs import resolve_run
     from .one_gpu import plan_one_gpu_jobs
 
+    config = resolved.config
     job = f"gamma_search/{model_name}"
-    planned = {j.job: j for j in plan_one_gpu_jobs(config)}
+    planned = {j.job: j for j in plan_one_gpu_jobs(resolved)}
     if job not in planned:
         raise ValueError(f"{job}: the config runs no gamma search on {model_name}")
     a = config["armap"]
     rows, length = min(a["gamma"]["elbo_samples"], a["gamma"]["batch_size"]), a["dpo"]["max_length"]
-    run = resolve_run(config, next(d.run for d in armap_dlms(config) if d.model == model_name))
+    run = _armap_run(resolved, model_name)
     shape = model_shape(config["models"][model_name], config["data"]["tokenizer"].get("vocab_size"))
     special = shape.vocab - 1
     conv = Conventions(run["attention"], run["shift"], special, special, special, run["block_size"])
@@ -324,7 +328,7 @@ def _plain_tracker(model, optimizer):
     return tracker
 
 
-def trace_dpo(config: dict, job: str) -> Traced:
+def trace_dpo(resolved: Resolved, job: str) -> Traced:
     """Peak memory of one micro-batch step of an AR-MAP DPO job (``dpo_teacher/model``: TRL's DPO on
     the AR teacher; ``dlm_dpo/model``: on the DLM, ELBO-scored) through TRL's own trainer and the
     project's trainer class, with the GPU's settings (bf16, activation checkpointing) and the
@@ -332,10 +336,15 @@ def trace_dpo(config: dict, job: str) -> Traced:
     tokenised pairs of ``max_length`` tokens) without moving it, and it is materialised as fake
     tensors for two steps, the second tracked."""
     with tempfile.TemporaryDirectory() as folder:  # the tokenizer's files and the trainer's output folder
-        return _trace_dpo_in(config, job, folder)
+        return _trace_dpo_in(resolved, job, folder)
 
 
-def _trace_dpo_in(config: dict, job: str, folder: str) -> Traced:
+def _armap_run(resolved: Resolved, model_name: str) -> Run:
+    """The run of the DLM AR-MAP transfers to on ``model_name``."""
+    return resolved.run(next(d.run for d in resolved.armap.dlms if d.model == model_name))
+
+
+def _trace_dpo_in(resolved: Resolved, job: str, folder: str) -> Traced:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import AutoModelForCausalLM
 
@@ -343,12 +352,11 @@ def _trace_dpo_in(config: dict, job: str, folder: str) -> Traced:
     from ..core.conventions import Conventions
     from ..data.standins import qwen3_tokenizer_dir
     from ..data.tokenization import load_pretrained_tokenizer
-    from ..pipeline.jobs import armap_dlms
-    from ..pipeline.runs import resolve_run
     from .one_gpu import plan_one_gpu_jobs
 
+    config = resolved.config
     kind, model_name = job.split("/")
-    planned = {j.job: j for j in plan_one_gpu_jobs(config)}
+    planned = {j.job: j for j in plan_one_gpu_jobs(resolved)}
     if job not in planned or kind not in ("dpo_teacher", "dlm_dpo"):
         raise ValueError(f"{job}: not a DPO job of the config")
     if planned[job].gpus > 1:
@@ -378,7 +386,7 @@ def _trace_dpo_in(config: dict, job: str, folder: str) -> Traced:
 
         trainer = type("TracedDPO", (DPOTrainer,), stay)(model=model, ref_model=None, **data)
     else:
-        run = resolve_run(config, next(d.run for d in armap_dlms(config) if d.model == model_name))
+        run = _armap_run(resolved, model_name)
         special = shape.vocab - 1
         conv = Conventions(
             run["attention"], run["shift"], special, tok.eos_token_id, tok.pad_token_id, run["block_size"]
@@ -414,18 +422,18 @@ def _trace_dpo_in(config: dict, job: str, folder: str) -> Traced:
     return Traced(job, 1, rows, peak["Total"] / GB, parts, planned[job].peak_gb)
 
 
-def trace_job(config: dict, job: str) -> Traced:
+def trace_job(resolved: Resolved, job: str) -> Traced:
     """The conversion ``job`` (``model/run``) of ``config`` traced as its plan launches it, or AR-MAP's
     gamma search (``gamma_search/model``)."""
     if job.startswith("gamma_search/"):
-        return trace_gamma_search(config, job.split("/", 1)[1])
+        return trace_gamma_search(resolved, job.split("/", 1)[1])
     if job.startswith(("dpo_teacher/", "dlm_dpo/")):
-        return trace_dpo(config, job)
-    from ..pipeline.jobs import conversion_settings
+        return trace_dpo(resolved, job)
 
+    config = resolved.config
     model, run_name = job.split("/")
     shape = model_shape(config["models"][model], config["data"]["tokenizer"].get("vocab_size"))
-    run = conversion_settings(config, run_name)
+    run = resolved.conversion_settings(run_name)
     plan = plan_job(job, shape, run, config["cluster"])
     if plan.launch is None:
         raise ValueError(f"{job}: no launch fits ({plan.reason})")

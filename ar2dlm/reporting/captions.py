@@ -5,7 +5,7 @@ The static captions (AR-MAP, claims, summaries) are the .rst files under ``repor
 from __future__ import annotations
 
 from ..pipeline import layout
-from ..pipeline.jobs import study_members, study_models
+from ..pipeline.resolved import Resolved, Study
 
 # What each figure kind draws (the schema's studies.*.figure; a test ties the keys to FIGURE_KINDS)
 FIGURE_CAPTIONS = {
@@ -29,31 +29,31 @@ def seeds_phrase(counts: list[int]) -> str:
     return f"mean ± sd over {lo if lo == hi else f'{lo}-{hi}'} seeds"
 
 
-def _members(config: dict, study: str) -> tuple[str, str]:
-    members = study_members(config, study)
+def _members(study: Study) -> tuple[str, str]:
+    members = study.members
     runs = ", ".join(f"``{r}``" for r in dict.fromkeys(m.run for m in members))
     seeds = sorted({s for m in members for s in m.seeds})
     listed = f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
     return runs, f"{seeds_phrase([len(m.seeds) for m in members])} ({listed})"
 
 
-def study_table_caption(config: dict, study: str) -> str:
-    spec = config["studies"][study]
-    runs, seeds = _members(config, study)
+def study_table_caption(resolved: Resolved, study: str) -> str:
+    st = resolved.studies[study]
+    runs, seeds = _members(st)
     return (
-        f"**{study}** (preset ``{config['preset']}``, models {', '.join(study_models(config, spec))}): "
-        f"runs {runs} at their final checkpoint and the AR teacher, on {', '.join(spec['evals'])}; "
+        f"**{study}** (preset ``{resolved.preset}``, models {', '.join(st.models)}): "
+        f"runs {runs} at their final checkpoint and the AR teacher, on {', '.join(st.evals)}; "
         f"cells: {seeds}; a *kept* column is the share of the teacher's score. The papers' reported "
         f"numbers follow the table, never mixed with ours. Numeric: ``{layout.study_table(study, 'csv')}`` "
         f"(mean and sd columns, n seeds); LaTeX: ``{layout.study_table(study, 'tex')}``."
     )
 
 
-def study_figure_caption(config: dict, study: str) -> str:
-    spec = config["studies"][study]
-    runs, seeds = _members(config, study)
+def study_figure_caption(resolved: Resolved, study: str) -> str:
+    st = resolved.studies[study]
+    runs, seeds = _members(st)
     return (
-        f"**{study}** (preset ``{config['preset']}``): {FIGURE_CAPTIONS[spec['figure']]}, on "
-        f"{spec['evals'][0]}; runs {runs}; points: {seeds}; the AR teacher wherever it has the plotted measure (a "
+        f"**{study}** (preset ``{resolved.preset}``): {FIGURE_CAPTIONS[st.spec['figure']]}, on "
+        f"{st.evals[0]}; runs {runs}; points: {seeds}; the AR teacher wherever it has the plotted measure (a "
         f"dashed line; a star where the x axis is a speed). The numbers: ``{layout.study_table(study, 'csv')}``."
     )

@@ -36,12 +36,10 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
-from ..pipeline.claims import BEST_OTHER, TEACHER, TRAINING, Claim, declared_claims
-from ..pipeline.config import benchmark_settings
-from ..pipeline.jobs import armap_dlms, dlm_dpo_seeds, study_members, study_models, study_seeds
-from ..pipeline.runs import resolve_run
+from ..pipeline.claims import BEST_OTHER, TEACHER, TRAINING, Claim
+from ..pipeline.jobs import dlm_dpo_seeds
+from ..pipeline.resolved import Resolved, Study
 from ..provenance import read_json
 from .armap import DIRECT_LABELS
 
@@ -68,62 +66,60 @@ def _mean(xs) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def teacher_floor(config: dict) -> float:
+def teacher_floor(resolved: Resolved) -> float:
     """claims.teacher_floor: below it the AR teacher's own score shows nothing (default TEACHER_FLOOR)."""
-    return config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
+    return resolved.config.get("claims", {}).get("teacher_floor", TEACHER_FLOOR)
 
 
-def claim_model(config: dict, c: Claim) -> str:
-    return c.model or study_models(config, config["studies"][c.study])[0]
+def claim_model(resolved: Resolved, c: Claim) -> str:
+    return c.model or resolved.studies[c.study].models[0]
 
 
-def _teacher_score(config: dict, model: str, benchmark: str) -> float:
+def _teacher_score(resolved: Resolved, model: str, benchmark: str) -> float:
     """The AR teacher's headline score on a benchmark (its one evaluation)."""
-    from .tables import headline_value
-
-    return headline_value(config, benchmark, read_json(layout.eval_path(benchmark, model, TEACHER)))
+    return resolved.benchmarks[benchmark].headline_value(read_json(layout.eval_path(benchmark, model, TEACHER)))
 
 
-def _informative(config: dict, c: Claim) -> tuple[list[str], list[str]]:
+def _informative(resolved: Resolved, c: Claim) -> tuple[list[str], list[str]]:
     """(read, left out) of a claim's benchmarks: a claim on several reads the mean over those the AR
     teacher scores at least claims.teacher_floor on (its headline metric; the paper's average over
     its tasks); a claim on one reads it."""
     if not isinstance(c.benchmark, list):
         return [c.benchmark], []
-    floor = teacher_floor(config)
-    score = {b: _teacher_score(config, claim_model(config, c), b) for b in c.benchmark}
+    floor = teacher_floor(resolved)
+    score = {b: _teacher_score(resolved, claim_model(resolved, c), b) for b in c.benchmark}
     return [b for b in c.benchmark if score[b] >= floor], [
         f"{b} ({score[b]:.3f})" for b in c.benchmark if score[b] < floor
     ]
 
 
-def _label(config: dict, c: Claim) -> str:
+def _label(resolved: Resolved, c: Claim) -> str:
     """What a claim's score is, in its report row."""
     if not isinstance(c.benchmark, list):
         return f"{c.benchmark} {c.metric}"
-    read, left = _informative(config, c)
-    floor = teacher_floor(config)
+    read, left = _informative(resolved, c)
+    floor = teacher_floor(resolved)
     return f"mean headline score over {', '.join(read) or 'none'}" + (
         f" (left out, the AR teacher below {floor}: {', '.join(left)})" if left else ""
     )
 
 
-def _value(config: dict, c: Claim, run: str, seed, step=None, decoding: str | None = None) -> float:
+def _value(resolved: Resolved, c: Claim, run: str, seed, step=None, decoding: str | None = None) -> float:
     """A run's score on the claim's benchmark, model and metric at ``step`` (default: its final
     step), or the teacher's; for a benchmark with one row per decoding setting, the best row or the
     mean over the rows at the lowest threshold (``decoding``, default the claim's); for a claim on
     several benchmarks, the mean of their headline metrics over those the teacher can do."""
     if isinstance(c.benchmark, list):
-        from .tables import headline_metric
-
-        one = [replace(c, benchmark=b, metric=headline_metric(config, b)) for b in _informative(config, c)[0]]
-        return sum(_value(config, x, run, seed, step, decoding) for x in one) / len(one)
+        one = [
+            replace(c, benchmark=b, metric=resolved.benchmarks[b].headline_metric) for b in _informative(resolved, c)[0]
+        ]
+        return sum(_value(resolved, x, run, seed, step, decoding) for x in one) / len(one)
     if c.benchmark == TRAINING:  # the run's training throughput, from its manifest
-        manifest = read_json(layout.conversion_manifest(claim_model(config, c), run, seed))
+        manifest = read_json(layout.conversion_manifest(claim_model(resolved, c), run, seed))
         return manifest["tokens"] / manifest["train_seconds"]
-    step = None if run == TEACHER else step or resolve_run(config, run)["training"]["steps"]
-    res = read_json(layout.eval_path(c.benchmark, claim_model(config, c), run, seed, step))
-    if not BENCHMARK_KINDS[config["eval"]["benchmarks"][c.benchmark]["kind"]].rows:
+    step = None if run == TEACHER else step or resolved.run(run).steps
+    res = read_json(layout.eval_path(c.benchmark, claim_model(resolved, c), run, seed, step))
+    if not resolved.benchmarks[c.benchmark].kind.rows:
         return res["metrics"][c.metric]
     rows, which = res["rows"], decoding or c.decoding
     if which == "best":
@@ -132,7 +128,7 @@ def _value(config: dict, c: Claim, run: str, seed, step=None, decoding: str | No
         if which == "lowest_threshold":
             at = min(r["threshold"] for r in rows)
         else:  # default_threshold: where the benchmark's other evaluations decode
-            at = benchmark_settings(config, c.benchmark)["threshold"]
+            at = resolved.benchmarks[c.benchmark].settings["threshold"]
         rows = [r for r in rows if r["threshold"] == at]
     return sum(r[c.metric] for r in rows) / len(rows)
 
@@ -247,43 +243,43 @@ def judge(diffs: list[float], test: str, effect: float, arms: dict[str, float] |
     return v
 
 
-def _paired_seeds(config: dict, spec: dict, runs: list[str]) -> list[int]:
+def _paired_seeds(study: Study, runs: list[str]) -> list[int]:
     """The seeds every one of the compared runs has in the study (differences are paired by seed)."""
-    return sorted(set.intersection(*(set(study_seeds(config, spec, r)) for r in runs)))
+    return sorted(set.intersection(*(set(study.seeds(r)) for r in runs)))
 
 
-def claim_inputs(config: dict) -> list[str]:
+def claim_inputs(resolved: Resolved) -> list[str]:
     """The evaluation and AR-MAP files the claims read: every run of each claim's study on the
     claim's benchmark and model at its final step (at every evaluated step where the study
     evaluates all checkpoints; with the runs' manifests for an equal-FLOPs claim), the teacher,
     the gamma curves of the merge each AR-MAP claim reads, and for merged-vs-direct the
     evaluations of the merged and the directly DPO'd DLMs."""
     paths = []
-    for c in declared_claims(config):
+    a = resolved.config.get("armap", {})
+    for c in resolved.claims:
         if c.armap and c.armap["measure"] == "merged_vs_direct":
             paths += [
                 layout.derived_eval_path(b, *d, name)
-                for d, pdomain, b in _armap_evals(config)
+                for d, pdomain, b in _armap_evals(resolved)
                 for name in (layout.armap_name(pdomain, c.armap["merge"]), layout.direct_name(pdomain, _baseline(c)))
             ]
-            paths += [layout.eval_path(b, d.model, TEACHER) for d, _, b in _armap_evals(config)]  # its floor
+            paths += [layout.eval_path(b, d.model, TEACHER) for d, _, b in _armap_evals(resolved)]  # its floor
             continue
         if c.armap and c.armap["measure"] == "shadowing":
-            domains = config["armap"]["domains"]
-            paths += [layout.spectra_csv(*d, pdomain) for d in armap_dlms(config) for pdomain in domains]
+            paths += [layout.spectra_csv(*d, pdomain) for d in resolved.armap.dlms for pdomain in a["domains"]]
             continue
         if c.armap:
             paths += [
                 layout.gamma_curve(*d, pdomain, c.armap["merge"])
-                for d in armap_dlms(config)
-                for pdomain in config["armap"]["domains"]
+                for d in resolved.armap.dlms
+                for pdomain in a["domains"]
             ]
             continue
-        model = claim_model(config, c)
+        model = claim_model(resolved, c)
         training = c.benchmark == TRAINING
         benchmarks = [] if training else c.benchmark if isinstance(c.benchmark, list) else [c.benchmark]
         paths += [layout.eval_path(b, model, TEACHER) for b in benchmarks]
-        for m in study_members(config, c.study):
+        for m in resolved.studies[c.study].members:
             if m.model == model:
                 paths += [layout.eval_path(b, model, m.run, s, k) for b in benchmarks for s in m.seeds for k in m.steps]
                 if c.equal_flops or training:
@@ -306,20 +302,21 @@ def _baseline(c: Claim) -> str:
     return c.armap.get("baseline", "dpo")
 
 
-def _armap_evals(config: dict) -> list[tuple[tuple, str, str]]:
+def _armap_evals(resolved: Resolved) -> list[tuple[tuple, str, str]]:
     """The (DLM, domain, benchmark) cells a merged-vs-direct claim pairs: the DLMs DPO'd directly
     (armap.dlm_dpo_seeds) on each searched domain's benchmarks."""
-    seeds = dlm_dpo_seeds(config)
+    a = resolved.config["armap"]
+    seeds = dlm_dpo_seeds(a)
     return [
         (d, pdomain, b)
-        for d in armap_dlms(config)
+        for d in resolved.armap.dlms
         if d.seed in seeds
-        for pdomain in config["armap"]["domains"]
-        for b in config["armap"]["evals"].get(pdomain, [])
+        for pdomain in a["domains"]
+        for b in a["evals"].get(pdomain, [])
     ]
 
 
-def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[str, float] | None]:
+def _armap_differences(resolved: Resolved, c: Claim) -> tuple[list[float], str, dict[str, float] | None]:
     """AR-MAP's differences (ARMAP_MEASURES), and for merged-vs-direct the two arms' means (None
     otherwise)."""
     measure, merge = c.armap["measure"], c.armap.get("merge")
@@ -328,26 +325,21 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
     if measure == "shadowing":
         diffs = [
             math.log10(max(_finite(pd.read_csv(layout.spectra_csv(*d, pdomain))["shadowing_ratio"]).median(), 1e-12))
-            for d in armap_dlms(config)
-            for pdomain in config["armap"]["domains"]
+            for d in resolved.armap.dlms
+            for pdomain in resolved.config["armap"]["domains"]
         ]
         return diffs, ARMAP_MEASURES[measure], None
     if measure == "merged_vs_direct":
-        from .tables import headline_value
-
-        floor = teacher_floor(config)
-        teacher = {(d.model, b): _teacher_score(config, d.model, b) for d, _, b in _armap_evals(config)}
-        cells = [(d, pdomain, b) for d, pdomain, b in _armap_evals(config) if teacher[d.model, b] >= floor]
+        floor = teacher_floor(resolved)
+        teacher = {(d.model, b): _teacher_score(resolved, d.model, b) for d, _, b in _armap_evals(resolved)}
+        cells = [(d, pdomain, b) for d, pdomain, b in _armap_evals(resolved) if teacher[d.model, b] >= floor]
         below = sorted({f"{b} ({score:.3f})" for (_, b), score in teacher.items() if score < floor})
         merged, direct = [], []
         for d, pdomain, b in cells:
-            merged.append(
-                headline_value(config, b, read_json(layout.derived_eval_path(b, *d, layout.armap_name(pdomain, merge))))
-            )
+            headline = resolved.benchmarks[b].headline_value
+            merged.append(headline(read_json(layout.derived_eval_path(b, *d, layout.armap_name(pdomain, merge)))))
             direct.append(
-                headline_value(
-                    config, b, read_json(layout.derived_eval_path(b, *d, layout.direct_name(pdomain, _baseline(c))))
-                )
+                headline(read_json(layout.derived_eval_path(b, *d, layout.direct_name(pdomain, _baseline(c)))))
             )
 
         arms = {f"AR-MAP ({merge})": _mean(merged), DIRECT_LABELS[_baseline(c)]: _mean(direct)}
@@ -357,10 +349,10 @@ def _armap_differences(config: dict, c: Claim) -> tuple[list[float], str, dict[s
         label = f"{ARMAP_MEASURES[measure]} ({DIRECT_LABELS[_baseline(c)]}; {read})"
         return [x - y for x, y in zip(merged, direct)], label, arms
     diffs = []
-    for d in armap_dlms(config):
+    for d in resolved.armap.dlms:
         curves = {
             pdomain: read_json(layout.gamma_curve(*d, pdomain, merge))
-            for pdomain in config["armap"]["domains"]
+            for pdomain in resolved.config["armap"]["domains"]
             if measure != "gamma_order" or pdomain in (c.armap["lower"], c.armap["higher"])
         }
         if measure == "gamma_order":
@@ -383,43 +375,41 @@ def _finite(ratios: pd.Series) -> pd.Series:
     return ratios[ratios.map(math.isfinite)]
 
 
-def _bounded_benchmark(config: dict, benchmark: str) -> bool:
+def _bounded_benchmark(resolved: Resolved, benchmark: str) -> bool:
     """The benchmark's metrics are scores in [0, 1] (floors and ceilings apply; not training's)."""
-    return benchmark != TRAINING and BENCHMARK_KINDS[config["eval"]["benchmarks"][benchmark]["kind"]].scored
+    return benchmark != TRAINING and resolved.benchmarks[benchmark].kind.scored
 
 
-def _bounded(config: dict, c: Claim) -> bool:
+def _bounded(resolved: Resolved, c: Claim) -> bool:
     """The claim compares scores in [0, 1]: floors, ceilings and the teacher floor apply."""
     if c.armap:
         return c.armap["measure"] == "merged_vs_direct" and all(
-            _bounded_benchmark(config, b) for _, _, b in _armap_evals(config)
+            _bounded_benchmark(resolved, b) for _, _, b in _armap_evals(resolved)
         )
     benches = c.benchmark if isinstance(c.benchmark, list) else [c.benchmark]
     return all(
-        _bounded_benchmark(config, b)
-        and c.metric not in BENCHMARK_KINDS[config["eval"]["benchmarks"][b]["kind"]].unbounded
-        for b in benches
+        _bounded_benchmark(resolved, b) and c.metric not in resolved.benchmarks[b].kind.unbounded for b in benches
     )
 
 
-def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float], str, dict[str, float]]:
+def _study_differences(resolved: Resolved, c: Claim) -> tuple[list[float], str, dict[str, float]]:
     """Per-seed differences, what they measure, and each compared run's mean."""
     a, b = c.run, c.against
-
+    study = resolved.studies[c.study]
     if b == BEST_OTHER:  # against the best other run of the study (by its mean over the paired seeds)
-        seeds = _paired_seeds(config, spec, spec["runs"])
-        means = {r: [_value(config, c, r, s) for s in seeds] for r in spec["runs"]}
-        best = max((r for r in spec["runs"] if r != a), key=lambda r: sum(means[r]))
+        seeds = _paired_seeds(study, study.runs)
+        means = {r: [_value(resolved, c, r, s) for s in seeds] for r in study.runs}
+        best = max((r for r in study.runs if r != a), key=lambda r: sum(means[r]))
         return (
             [x - y for x, y in zip(means[a], means[best])],
-            f"{_label(config, c)}: {a} minus the best other run ({best})",
+            f"{_label(resolved, c)}: {a} minus the best other run ({best})",
             {r: _mean(v) for r, v in means.items()},
         )
-    seeds = _paired_seeds(config, spec, [a] + ([] if b == TEACHER else [b]))
-    va = [_value(config, c, a, s) for s in seeds]
-    vb = [_value(config, c, b, None if b == TEACHER else s) for s in seeds]
+    seeds = _paired_seeds(study, [a] + ([] if b == TEACHER else [b]))
+    va = [_value(resolved, c, a, s) for s in seeds]
+    vb = [_value(resolved, c, b, None if b == TEACHER else s) for s in seeds]
     measure = (
-        _label(config, c)
+        _label(resolved, c)
         + {
             "best": "",
             "lowest_threshold": " at the lowest threshold",
@@ -430,29 +420,30 @@ def _study_differences(config: dict, c: Claim, spec: dict) -> tuple[list[float],
     return [x - y for x, y in zip(va, vb)], measure, {a: _mean(va), b: _mean(vb)}
 
 
-def effect_by_step(config: dict, c: Claim, spec: dict) -> dict[int, list[float]]:
+def effect_by_step(resolved: Resolved, c: Claim) -> dict[int, list[float]]:
     """The claim's per-seed differences (run - against, paired seeds) at every training step both
     runs were evaluated at: the study evaluates all checkpoints (``checkpoints: all``) and the runs
     share a step budget. Empty otherwise."""
     a, b = c.run, c.against
-    if spec.get("checkpoints") != "all" or b in (TEACHER, BEST_OTHER):
+    study = resolved.studies[c.study]
+    if study.spec.get("checkpoints") != "all" or b in (TEACHER, BEST_OTHER):
         return {}
-    model = claim_model(config, c)
-    steps = {m.run: m.steps for m in study_members(config, c.study) if m.model == model}
-    seeds = _paired_seeds(config, spec, [a, b])
+    model = claim_model(resolved, c)
+    steps = {m.run: m.steps for m in study.members if m.model == model}
+    seeds = _paired_seeds(study, [a, b])
     return {
-        k: [_value(config, c, a, s, k) - _value(config, c, b, s, k) for s in seeds]
+        k: [_value(resolved, c, a, s, k) - _value(resolved, c, b, s, k) for s in seeds]
         for k in sorted(set(steps[a]) & set(steps[b]))
     }
 
 
-def teacher_below_floor(config: dict, c: Claim) -> str | None:
+def teacher_below_floor(resolved: Resolved, c: Claim) -> str | None:
     """Why a claim's benchmark cannot decide it: the AR teacher's own score there is below
     ``claims.teacher_floor`` (default TEACHER_FLOOR; None when it is not)."""
-    floor = teacher_floor(config)
+    floor = teacher_floor(resolved)
     if isinstance(c.benchmark, list):  # it reads only those the teacher can do (judge_claim: none of them)
         return None
-    score = _value(config, c, TEACHER, None, decoding="best")  # its one decoding setting
+    score = _value(resolved, c, TEACHER, None, decoding="best")  # its one decoding setting
     if score < floor:
         return (
             f"uninformative (the AR teacher itself scores {score:.3f} on {c.benchmark}, below {floor}: "
@@ -464,13 +455,13 @@ def teacher_below_floor(config: dict, c: Claim) -> str | None:
 FLOPS_TOLERANCE = 1.15  # an equal-FLOPs claim's runs may differ this much in training FLOPs (rollouts vary)
 
 
-def unequal_flops(config: dict, c: Claim, spec: dict, runs: list[str]) -> str | None:
+def unequal_flops(resolved: Resolved, c: Claim, runs: list[str]) -> str | None:
     """Why the runs of an equal-FLOPs comparison are not at equal compute (their recipes' training
     FLOPs, stages before them included, differ by more than FLOPS_TOLERANCE), or None."""
     from .tables import recipe_flops
 
-    model = claim_model(config, c)
-    seeds = _paired_seeds(config, spec, runs)
+    model = claim_model(resolved, c)
+    seeds = _paired_seeds(resolved.studies[c.study], runs)
     flops = {
         r: sum(recipe_flops(read_json(layout.conversion_manifest(model, r, s))) for s in seeds) / len(seeds)
         for r in runs
@@ -510,21 +501,20 @@ def _sizing(v: Verdict, effect: float) -> str | None:
     return f"> {MAX_SEEDS} (the paper's effect lost in this spread)" if n is None else str(n)
 
 
-def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
+def judge_claim(resolved: Resolved, c: Claim) -> tuple[dict, dict[int, list[float]]]:
     """One claim's row of the report, and its per-seed effects by training step (empty unless its
     study evaluates every checkpoint)."""
     arms, curve = None, {}  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
-    spec = config["studies"][c.study] if c.study else {}
     why = None  # why nothing is compared
     if c.armap:
-        diffs, measure, arms = _armap_differences(config, c)
-    elif isinstance(c.benchmark, list) and not _informative(config, c)[0]:
-        diffs, measure = [], _label(config, c)
-        floor, left = teacher_floor(config), _informative(config, c)[1]
+        diffs, measure, arms = _armap_differences(resolved, c)
+    elif isinstance(c.benchmark, list) and not _informative(resolved, c)[0]:
+        diffs, measure = [], _label(resolved, c)
+        floor, left = teacher_floor(resolved), _informative(resolved, c)[1]
         why = f"uninformative (the AR teacher itself scores below {floor} on every benchmark: {', '.join(left)})"
     else:
-        diffs, measure, arms = _study_differences(config, c, spec)
-        curve = effect_by_step(config, c, spec)
+        diffs, measure, arms = _study_differences(resolved, c)
+        curve = effect_by_step(resolved, c)
     if not diffs:  # a list the teacher can do none of, or AR-MAP's cells all on such benchmarks
         missing = float("nan")
         effect, bounded = missing, False
@@ -532,13 +522,13 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
         v = Verdict(why, missing, missing, (missing, missing), missing)
     else:
         effect = paper_effect(c, diffs, arms)
-        bounded = _bounded(config, c)
+        bounded = _bounded(resolved, c)
         v = judge(diffs, c.direction, effect, arms if bounded else None)
     # no verdict where the comparison cannot decide it; the most basic reason is the one given
-    compared = spec.get("runs", []) if c.against == BEST_OTHER else [c.run, c.against]
-    if c.equal_flops and (why := unequal_flops(config, c, spec, compared)):
+    compared = list(resolved.studies[c.study].runs) if c.against == BEST_OTHER else [c.run, c.against]
+    if c.equal_flops and (why := unequal_flops(resolved, c, compared)):
         v = Verdict(why, v.mean, v.sd, v.ci, v.p)
-    if not c.armap and bounded and c.against != TEACHER and (low := teacher_below_floor(config, c)):
+    if not c.armap and bounded and c.against != TEACHER and (low := teacher_below_floor(resolved, c)):
         v = Verdict(low, v.mean, v.sd, v.ci, v.p)
 
     def nan(x):
@@ -562,31 +552,31 @@ def judge_claim(config: dict, c: Claim) -> tuple[dict, dict[int, list[float]]]:
         "paper effect": round(effect, 4),
         f"seeds for {POWER:.0%} power": _sizing(v, effect),
         "effect by training step": ", ".join(f"{k}: {d:+.3f}" for k, d in by_step.items()) or None,
-        "pass@1 beside": _pass1_beside(config, c, spec),
+        "pass@1 beside": _pass1_beside(resolved, c),
         "quote": c.quote,
         "effect from": _effect_source(c),
     }
     return row, curve
 
 
-def _pass1_beside(config: dict, c: Claim, spec: dict) -> str | None:
+def _pass1_beside(resolved: Resolved, c: Claim) -> str | None:
     """For a claim read on pass@k (k > 1), the same comparison on pass@1 from the same samples: its
     mean difference and each arm's mean (None for any other metric)."""
     if c.armap or "_pass@" not in c.metric or c.metric.endswith("@1"):
         return None
     pass1 = replace(c, metric=c.metric.rsplit("@", 1)[0] + "@1")
-    diffs, _, arms = _study_differences(config, pass1, spec)
+    diffs, _, arms = _study_differences(resolved, pass1)
     means = ", ".join(f"{r} {m:.3f}" for r, m in (arms or {}).items())
     return f"{pass1.metric} {sum(diffs) / len(diffs):+.4f}" + (f" ({means})" if means else "")
 
 
-def evaluate_claims(config: dict) -> tuple[pd.DataFrame, dict[str, dict[int, list[float]]]]:
+def evaluate_claims(resolved: Resolved) -> tuple[pd.DataFrame, dict[str, dict[int, list[float]]]]:
     """The claims table (one row per claim of ``claims.judged``), and the per-seed effects by
     training step of the claims whose study evaluates every checkpoint (by claim id: the by-step
     figure)."""
     rows, curves = [], {}
-    for c in declared_claims(config):
-        row, curve = judge_claim(config, c)
+    for c in resolved.claims:
+        row, curve = judge_claim(resolved, c)
         rows.append(row)
         if curve:
             curves[c.id] = curve

@@ -10,10 +10,8 @@ from functools import partial
 
 import pandas as pd
 
-from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
-from ..pipeline.jobs import conversion_corpus, study_models
-from ..pipeline.runs import resolve_run
+from ..pipeline.resolved import Resolved
 from ..provenance import read_json
 from .captions import seeds_phrase
 from .tables import Evaluated, recipe_flops, recipe_tokens, study_evaluations
@@ -35,31 +33,30 @@ def save(fig, pdf_path, png_path) -> None:
     pyplot().close(fig)
 
 
-def teacher_line(ax, config: dict, study: str, metric: str) -> None:
+def teacher_line(ax, resolved: Resolved, study: str, metric: str) -> None:
     """The AR teacher's score on the figure's first benchmark as a dashed line (one per model, where its
     evaluation has the plotted metric)."""
-    spec = config["studies"][study]
-    models = study_models(config, spec)
-    for model in models:
-        value = read_json(layout.eval_path(spec["evals"][0], model, "teacher"))["metrics"].get(metric)
+    st = resolved.studies[study]
+    for model in st.models:
+        value = read_json(layout.eval_path(st.evals[0], model, "teacher"))["metrics"].get(metric)
         if value is not None:
-            label = "AR teacher" + (f" ({model})" if len(models) > 1 else "")
+            label = "AR teacher" + (f" ({model})" if len(st.models) > 1 else "")
             ax.axhline(value, color="black", linewidth=0.8, linestyle="--", label=label)
 
 
-def metric_curve(ax, config: dict, study: str, data: list[Evaluated], *, against: str) -> None:
+def metric_curve(ax, resolved: Resolved, study: str, data: list[Evaluated], *, against: str) -> None:
     """A metric against the alignment weight lambda (one line per model) or against the training
     step (one line per model and run; pass@10 where measured: adaptation speed)."""
-    first = config["studies"][study]["evals"][0]
+    first = resolved.studies[study].evals[0]
     metrics = next(d.result["metrics"] for d in data if d.benchmark == first)
     preferred = ("base_pass@10",) if against == "steps" else ()
-    kind = BENCHMARK_KINDS[config["eval"]["benchmarks"][first]["kind"]]
+    kind = resolved.benchmarks[first].kind
     metric = next(m for m in (*preferred, *kind.metrics) if m in metrics)
     rows = []
     for d in data:
         if d.benchmark != first:
             continue
-        align = resolve_run(config, d.run)["align"]
+        align = resolved.run(d.run)["align"]
         x = (align["lambda"] if align else 0.0) if against == "lambda" else d.step
         rows.append({"model": d.model, "run": d.run, "x": x, "seed": d.seed, "y": d.result["metrics"][metric]})
     df = pd.DataFrame(rows)
@@ -74,7 +71,7 @@ def metric_curve(ax, config: dict, study: str, data: list[Evaluated], *, against
             capsize=3,
             label=" ".join(key) if isinstance(key, tuple) else key,
         )
-    teacher_line(ax, config, study, metric)
+    teacher_line(ax, resolved, study, metric)
     if against == "lambda":
         ax.set_xscale("symlog", linthresh=1)
     ax.set_xlabel("alignment weight lambda" if against == "lambda" else "training step")
@@ -88,15 +85,15 @@ SPEED_LABELS = {
 }
 
 
-def speed_curve(ax, config: dict, study: str, data: list[Evaluated], *, xkey: str) -> None:
+def speed_curve(ax, resolved: Resolved, study: str, data: list[Evaluated], *, xkey: str) -> None:
     """Accuracy against decoding speed (tokens/s, tokens per step, or ``speedup``: tokens/s over
     the AR teacher's on the same tasks), one line per run and block size over the decoding
     thresholds (each labelled), at each run's final step; the AR teacher as a star."""
-    spec = config["studies"][study]
-    first = spec["evals"][0]
-    for model in study_models(config, spec):
+    st = resolved.studies[study]
+    first = st.evals[0]
+    for model in st.models:
         teacher = read_json(layout.eval_path(first, model, "teacher"))["rows"][0]
-        for r in spec["runs"]:
+        for r in st.runs:
             final = max((d.step for d in data if d.model == model and d.run == r), default=None)
             rows = [
                 row
@@ -128,7 +125,7 @@ def speed_curve(ax, config: dict, study: str, data: list[Evaluated], *, xkey: st
     ax.set_ylabel(f"{first}: base_pass@1")
 
 
-def budget_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
+def budget_curve(ax, resolved: Resolved, study: str, data: list[Evaluated]) -> None:
     """Held-out NLL per token against the training tokens each run's checkpoint had seen (its
     manifest; every checkpoint where the study evaluates them all), mean over seeds; one line per
     run and metric."""
@@ -146,19 +143,17 @@ def budget_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
         part = part.sort_values("tokens")
         ax.plot(part["tokens"], part["y"], marker="o", label=f"{run} {m}")
     for m in df["metric"].unique():
-        teacher_line(ax, config, study, m)
+        teacher_line(ax, resolved, study, m)
     ax.set_xscale("log")
     ax.set_xlabel("training tokens")
     ax.set_ylabel("held-out NLL per token (ELBO bound)")
 
 
-def flops_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
+def flops_curve(ax, resolved: Resolved, study: str, data: list[Evaluated]) -> None:
     """Quality against training compute (OPDLM's efficiency axis): each run's headline metric
     against the training FLOPs its manifest counts, mean +- sd over seeds, one point per run."""
-    from .tables import headline_metric
-
-    first = config["studies"][study]["evals"][0]
-    metric = headline_metric(config, first)
+    first = resolved.studies[study].evals[0]
+    metric = resolved.benchmarks[first].headline_metric
     rows = [
         {
             "run": d.run,
@@ -177,28 +172,26 @@ def flops_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
     else:  # an equal-FLOPs comparison: a linear axis keeps its close ticks readable
         ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
         ax.margins(x=0.5 if df["flops"].nunique() == 1 else 0.1)
-    teacher_line(ax, config, study, metric)
+    teacher_line(ax, resolved, study, metric)
     ax.set_xlabel("training FLOPs (counted: student, teacher, rollouts)")
     ax.set_ylabel(f"{first}: {metric}")
 
 
-def retention_curve(ax, config: dict, study: str, data: list[Evaluated]) -> None:
+def retention_curve(ax, resolved: Resolved, study: str, data: list[Evaluated]) -> None:
     """How much of the AR teacher a recipe keeps against its training budget: each run's headline
     score as a share of the teacher's (mean +- sd over seeds) against the training tokens its
     checkpoint had seen, one line per method (its runs are the budgets), each point labelled with
     the epochs of its training rows it saw (rows trained on / rows the run's token_rows hold)."""
-    from .tables import headline_metric
-
-    first = config["studies"][study]["evals"][0]
-    metric = headline_metric(config, first)
+    first = resolved.studies[study].evals[0]
+    metric = resolved.benchmarks[first].headline_metric
     teacher = {m: read_json(layout.eval_path(first, m, "teacher"))["metrics"][metric] for m in {d.model for d in data}}
     runs = {d.run for d in data}
-    held = {r: read_json(os.path.join(conversion_corpus(config, r), "index.json"))["rows"] for r in runs}
+    held = {r: read_json(os.path.join(resolved.conversion_corpus(r), "index.json"))["rows"] for r in runs}
     rows = []
     for d in data:
         if d.benchmark != first or not teacher[d.model]:
             continue
-        run = resolve_run(config, d.run)
+        run = resolved.run(d.run)
         manifest = read_json(layout.conversion_manifest(d.model, d.run, d.seed))
         rows.append(
             {
@@ -242,18 +235,18 @@ FIGURE_KINDS = {
 }
 
 
-def study_figure(config: dict, study: str, pdf_path, png_path) -> None:
-    kind = config["studies"][study]["figure"]
+def study_figure(resolved: Resolved, study: str, pdf_path, png_path) -> None:
+    kind = resolved.studies[study].spec["figure"]
     if kind not in FIGURE_KINDS:
         raise ValueError(f"unknown figure kind {kind!r} (known: {', '.join(FIGURE_KINDS)})")
     plt = pyplot()
-    data = study_evaluations(config, study)
+    data = study_evaluations(resolved, study)
     fig, ax = plt.subplots(figsize=(5, 3.4))
-    FIGURE_KINDS[kind](ax, config, study, data)
+    FIGURE_KINDS[kind](ax, resolved, study, data)
     # how many seeds each point averages: a run's evaluations at one step
     points = pd.DataFrame([(d.model, d.run, d.step, d.seed) for d in data], columns=["model", "run", "step", "seed"])
     counts = points.drop_duplicates().groupby(["model", "run", "step"])["seed"].count().tolist()
-    ax.set_title(f"{study} ({config['preset']} preset): {seeds_phrase(counts)}", fontsize=8)
+    ax.set_title(f"{study} ({resolved.preset} preset): {seeds_phrase(counts)}", fontsize=8)
     if ax.get_legend_handles_labels()[1]:  # a figure with nothing drawn says why instead
         ax.legend(fontsize=6)
     save(fig, pdf_path, png_path)

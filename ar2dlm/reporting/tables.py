@@ -15,43 +15,23 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from ..evaluation.suite import BENCHMARK_KINDS
 from ..pipeline import layout
-from ..pipeline.jobs import conversion_corpus, conversion_settings, study_members, study_models
+from ..pipeline.resolved import Resolved
 from ..provenance import code_commit, read_json, settings_hash
 
 
-def headline_metric(config: dict, benchmark: str) -> str:
-    """A benchmark's headline metric, which the AR-MAP table compares (a claim names its own): a
-    harness task's own first metric, else its kind's first table metric."""
-    spec = config["eval"]["benchmarks"][benchmark]
-    return BENCHMARK_KINDS[spec["kind"]].headline_metric(spec)
-
-
-def headline_value(config: dict, benchmark: str, result: dict) -> float:
-    """An evaluation's headline metric: its best decoding setting's, for kinds with one row per setting."""
-    metric = headline_metric(config, benchmark)
-    if BENCHMARK_KINDS[config["eval"]["benchmarks"][benchmark]["kind"]].rows:
-        return max(r[metric] for r in result["rows"])
-    return result["metrics"][metric]
-
-
-def study_inputs(config: dict, study: str) -> list[str]:
+def study_inputs(resolved: Resolved, study: str) -> list[str]:
     """Every evaluation JSON a study's table and figure read (what its rule depends on)."""
-    spec = config["studies"][study]
-    members = study_members(config, study)
-    paths = [layout.eval_path(e, model, "teacher") for model in study_models(config, spec) for e in spec["evals"]]
+    st = resolved.studies[study]
+    members = st.members
+    paths = [layout.eval_path(e, model, "teacher") for model in st.models for e in st.evals]
     paths += [
-        layout.eval_path(e, m.model, m.run, s, k)
-        for m in members
-        for e in spec["evals"]
-        for s in m.seeds
-        for k in m.steps
+        layout.eval_path(e, m.model, m.run, s, k) for m in members for e in st.evals for s in m.seeds for k in m.steps
     ]
     # every table shows each run's training tokens and FLOPs from its manifest
     paths += [layout.conversion_manifest(m.model, m.run, s) for m in members for s in m.seeds]
-    if spec.get("figure") == "retention":  # the epochs it labels: each run's token_rows folder
-        paths += [conversion_corpus(config, m.run) for m in members]
+    if st.spec.get("figure") == "retention":  # the epochs it labels: each run's token_rows folder
+        paths += [resolved.conversion_corpus(m.run) for m in members]
     return sorted(set(paths))
 
 
@@ -95,14 +75,13 @@ def training_columns(runs: list[dict], speed: bool) -> dict:
     return out
 
 
-def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
+def study_table(resolved: Resolved, study: str) -> tuple[pd.DataFrame, dict]:
     """(table, context): one row per (model, run) at its final step and the teacher per model."""
-    spec = config["studies"][study]
-    benches = config["eval"]["benchmarks"]
-    members = study_members(config, study)
+    st = resolved.studies[study]
+    members = st.members
     rows, commits, machines = [], set(), []
-    for model in study_models(config, spec):
-        teacher = {e: read_json(layout.eval_path(e, model, "teacher")) for e in spec["evals"]}
+    for model in st.models:
+        teacher = {e: read_json(layout.eval_path(e, model, "teacher")) for e in st.evals}
         for m in [m for m in members if m.model == model] + [None]:
             run, seeds = ("teacher", [None]) if m is None else (m.run, m.seeds)
             # the hash each of the run's checkpoints and evaluations records as its settings
@@ -111,10 +90,10 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
                 "run": run,
                 "run settings sha256": "-"
                 if m is None
-                else settings_hash({k: v for k, v in conversion_settings(config, run).items() if k != "name"}),
+                else settings_hash({k: v for k, v in resolved.conversion_settings(run).items() if k != "name"}),
             }
-            for e in spec["evals"]:
-                kind = BENCHMARK_KINDS[benches[e]["kind"]]
+            for e in st.evals:
+                kind = resolved.benchmarks[e].kind
                 if m is None:
                     results = [teacher[e]]
                 else:
@@ -135,14 +114,14 @@ def study_table(config: dict, study: str) -> tuple[pd.DataFrame, dict]:
                             row[f"{e}: {metric} kept"] = retention(vals, teacher[e]["metrics"].get(metric))
             if m is not None:
                 manifests = [read_json(layout.conversion_manifest(model, run, s)) for s in seeds]
-                row.update(training_columns(manifests, speed=bool(spec.get("training_columns"))))
+                row.update(training_columns(manifests, speed=bool(st.spec.get("training_columns"))))
                 machines += [("training", r) for r in manifests]
             row["seeds"] = "-" if m is None else ", ".join(map(str, seeds))
             rows.append(row)
     context = {
         "study": study,
-        "preset": config["preset"],
-        "models": study_models(config, spec),
+        "preset": resolved.preset,
+        "models": list(st.models),
         "seeds": sorted({s for m in members for s in m.seeds}),
         "eval_commits": commits,
         "machines": machine_note(machines),
@@ -271,13 +250,13 @@ class Evaluated(NamedTuple):
     result: dict
 
 
-def study_evaluations(config: dict, study: str) -> list[Evaluated]:
+def study_evaluations(resolved: Resolved, study: str) -> list[Evaluated]:
     """Every conversion evaluation of a study (each run, benchmark, seed and evaluated step)."""
-    spec = config["studies"][study]
+    st = resolved.studies[study]
     return [
         Evaluated(m.model, m.run, s, k, e, read_json(layout.eval_path(e, m.model, m.run, s, k)))
-        for m in study_members(config, study)
-        for e in spec["evals"]
+        for m in st.members
+        for e in st.evals
         for s in m.seeds
         for k in m.steps
     ]
