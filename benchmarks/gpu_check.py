@@ -62,7 +62,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -652,16 +652,16 @@ def decode_stage(ctx: Context) -> None:
 
     from ar2dlm.core.engine import DecodeEngine
     from ar2dlm.core.models import final_checkpoint, load_model
-    from ar2dlm.core.sampling import generate_ar, generate_dlm
+    from ar2dlm.core.sampling import Decoding, generate_ar, generate_dlm
 
     _, out = ctx.need("run:efficient_dlm")
     model, tok, conv, _ = load_model(final_checkpoint(out / "train.json"), dtype=torch.float64, device=ctx.device)
     s = ctx.sizes
     prompts = [tok(d["prompt"])["input_ids"][-s["prompt_tokens"] :] for d in ctx.need("docs")[::97][:4]]
     length = s["decode_blocks"] * conv.block_size
-    kwargs = dict(gen_length=length, block_size=conv.block_size, threshold=0.9, stop_at_eos=False)
-    cached, with_cache = generate_dlm(model, conv, prompts, use_cache=True, **kwargs)
-    plain, without = generate_dlm(model, conv, prompts, use_cache=False, **kwargs)
+    full = Decoding(length, conv.block_size, threshold=0.9, stop_at_eos=False)
+    cached, with_cache = generate_dlm(model, conv, prompts, full)
+    plain, without = generate_dlm(model, conv, prompts, replace(full, use_cache=False))
     cached = ctx.perturb("decode_block_cache", cached)
     same = sum(a == b for x, y in zip(cached, plain) for a, b in zip(x, y))
     ok = cached == plain and with_cache.forward_tokens < without.forward_tokens
@@ -673,12 +673,13 @@ def decode_stage(ctx: Context) -> None:
         f"{conv.block_size}, fp64)",
         "the same tokens with the exact block KV cache as with full recomputation, with fewer positions run",
     )
-    engine_dlm = ctx.perturb("decode_engine", DecodeEngine(model, conv).generate(prompts, length, threshold=0.9)[0])
-    want_dlm = generate_dlm(model, conv, prompts, **{**kwargs, "stop_at_eos": True})[0]
+    to_eos = replace(full, stop_at_eos=True)
+    engine_dlm = ctx.perturb("decode_engine", DecodeEngine(model, conv).generate(prompts, to_eos)[0])
+    want_dlm = generate_dlm(model, conv, prompts, to_eos)[0]
     teacher = load_model(ctx.need("teacher"), dtype=torch.float64, device=ctx.device)
     ar_conv = teacher.conventions
-    engine_ar = DecodeEngine(teacher.model, ar_conv).generate(prompts, length)[0]
-    want_ar = generate_ar(teacher.model, teacher.tokenizer, prompts, length, batch_size=len(prompts))
+    engine_ar = DecodeEngine(teacher.model, ar_conv).generate(prompts, Decoding(length))[0]
+    want_ar = generate_ar(teacher.model, teacher.tokenizer, prompts, Decoding(length), batch_size=len(prompts))
     ctx.expect(
         "decode_engine",
         engine_dlm == want_dlm and engine_ar == want_ar,
@@ -695,7 +696,7 @@ def decode_speed_stage(ctx: Context) -> None:
     generate, and vLLM when it is installed, against the weight-read bound of the device."""
     from ar2dlm.core.conventions import Conventions
     from ar2dlm.core.engine import DecodeEngine
-    from ar2dlm.core.sampling import generate_ar
+    from ar2dlm.core.sampling import Decoding, generate_ar
 
     model, arch = speed_model(ctx)
     device = next(model.parameters()).device
@@ -713,14 +714,14 @@ def decode_speed_stage(ctx: Context) -> None:
         "engine_dlm": (DecodeEngine(model, dlm, compile=cuda), {"steps_per_block": SPEED["steps_per_block"]}),
     }
     for name, (engine, kw) in engines.items():
-        engine.generate([prompt], new, stop_at_eos=False, **kw)  # compiles (CUDA graphs are captured here)
-        rows[name] = median_tokens_per_s(
-            lambda e=engine, k=kw: e.generate([prompt], new, stop_at_eos=False, **k), new, device
-        )
+        decoding = Decoding(new, stop_at_eos=False, **kw)
+        engine.generate([prompt], decoding)  # compiles (CUDA graphs are captured here)
+        rows[name] = median_tokens_per_s(lambda e=engine, d=decoding: e.generate([prompt], d), new, device)
         engine.time_kinds = True
-        kinds[name] = engine.generate([prompt], new, stop_at_eos=False, **kw)[1].ms_per_forward()
+        kinds[name] = engine.generate([prompt], decoding)[1].ms_per_forward()
+    full = Decoding(new, stop_at_eos=False)
     rows["hf_generate"] = median_tokens_per_s(
-        lambda: generate_ar(model, Tok, [prompt], new, batch_size=1, stop_at_eos=False), new, device
+        lambda: generate_ar(model, Tok, [prompt], full, batch_size=1), new, device
     )
     rows["vllm"], vllm_note = vllm_tokens_per_s(ctx, model, prompt, new)
     weight_gb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ar2dlm.core.conventions import Conventions
 from ar2dlm.core.likelihood import loglikelihood
 from ar2dlm.core.models import load_model
-from ar2dlm.core.sampling import generate_dlm
+from ar2dlm.core.sampling import Decoding, generate_dlm
 from ar2dlm.data.tokenization import encode_pair
 from ar2dlm.provenance import read_jsonl
 
@@ -56,17 +56,8 @@ def main() -> None:
     print("| temperature | one token repeated | distinct tokens / length | reach end-of-text | teacher NLL / token |")
     print("|---|---|---|---|---|")
     for t in args.temperatures:
-        outs, _ = generate_dlm(
-            student,
-            conv,
-            prompts,
-            args.length,
-            args.block_size,
-            threshold=args.threshold,
-            temperature=t,
-            row_seeds=list(range(len(prompts))),
-            stop_at_eos=False,
-        )
+        decoding = Decoding(args.length, args.block_size, threshold=args.threshold, temperature=t, stop_at_eos=False)
+        outs, _ = generate_dlm(student, conv, prompts, decoding, row_seeds=list(range(len(prompts))))
         eos = conv.eos_token_id
         cut = [o[: o.index(eos)] if eos in o else o for o in outs]
         repeated = sum(1 for o in outs if len(set(o)) == 1) / len(outs)

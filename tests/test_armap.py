@@ -114,6 +114,7 @@ def _pairs(n):
 def test_gamma_search_uses_common_random_numbers_and_writes_a_decodable_dlm(models, tmp_path):
     from ar2dlm.armap.pipeline import search
     from ar2dlm.core.engine import generate
+    from ar2dlm.core.sampling import Decoding
     from ar2dlm.provenance import read_json
 
     cfg = {"grid": [0, 1, 3], "beta": 0.1, "elbo_samples": 2, "batch_size": 32, "merges": {"task_arithmetic": {}}}
@@ -154,7 +155,7 @@ def test_gamma_search_uses_common_random_numbers_and_writes_a_decodable_dlm(mode
         a["gamma_hat"],
     )
     assert all(torch.allclose(model.state_dict()[k], expected[k], atol=1e-6) for k in expected)
-    outs, stats = generate(model, tok, conv, [tok("Question:")["input_ids"]], 8)
+    outs, stats = generate(model, conv, [tok("Question:")["input_ids"]], Decoding(8))
     assert stats["decoder"] == "dlm" and stats["block_size"] == 4
 
 

@@ -1,6 +1,8 @@
 """Evaluators: code scoring in both problem formats (synthetic and real HumanEval), pass@k, maths
 answer extraction, embeddings through mteb. The sandbox itself: test_sandbox.py."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -169,7 +171,7 @@ def test_harness_generation_continues_the_whole_context(arith_teacher):
         context = items[0]["prompt"] + "\n"
         got = lm.generate_until([Instance("generate_until", {}, (context, {"until": [], "max_gen_toks": 8}), 0)])
         ids = lm.tokenizer(context, add_special_tokens=False)["input_ids"]
-        out, _ = generate(lm.model, lm.tokenizer, lm.conv, [ids], 8, threshold=lm.threshold)
+        out, _ = generate(lm.model, lm.conv, [ids], replace(lm.decoding, max_new_tokens=8))
         assert got == [lm.tokenizer.decode(out[0])], kind
 
 

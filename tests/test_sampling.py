@@ -1,12 +1,14 @@
 """Samplers: AR with KV cache, DLM threshold decoding, exact block KV cache."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ar2dlm.core.conventions import Conventions
 from ar2dlm.core.engine import generate
-from ar2dlm.core.sampling import generate_ar, generate_dlm
+from ar2dlm.core.sampling import Decoding, generate_ar, generate_dlm
 
 EOS, PAD, MASK, V = 1, 2, 3, 48
 
@@ -63,7 +65,7 @@ def greedy_reference(model, prompt, n):
 
 
 def test_ar_greedy_batched_with_cache_equals_unbatched_recomputation(model):
-    out = generate_ar(model, Tok, PROMPTS, 12, batch_size=3)
+    out = generate_ar(model, Tok, PROMPTS, Decoding(12), batch_size=3)
     assert out == [greedy_reference(model, p, 12) for p in PROMPTS]
 
 
@@ -71,24 +73,22 @@ def test_ar_greedy_batched_with_cache_equals_unbatched_recomputation(model):
 @pytest.mark.parametrize("kwargs", [{"threshold": 0.9}, {"threshold": 0.3}, {"steps_per_block": 2, "threshold": None}])
 def test_cached_block_decoding_equals_uncached(model, shift, kwargs):
     c = conv(shift=shift)
-    cached, s1 = generate_dlm(model, c, PROMPTS, 16, 4, use_cache=True, **kwargs)
-    uncached, s2 = generate_dlm(model, c, PROMPTS, 16, 4, use_cache=False, **kwargs)
+    cached, s1 = generate_dlm(model, c, PROMPTS, Decoding(16, 4, use_cache=True, **kwargs))
+    uncached, s2 = generate_dlm(model, c, PROMPTS, Decoding(16, 4, use_cache=False, **kwargs))
     assert cached == uncached
     assert s1.steps == s2.steps and s1.decoded == s2.decoded
 
 
 def test_threshold_one_decodes_one_token_per_step(model):
     for c in (conv(), conv("bidirectional")):
-        _, stats = generate_dlm(model, c, PROMPTS, 16, 4, threshold=1.0, use_cache=c.attention == "block")
+        _, stats = generate_dlm(model, c, PROMPTS, Decoding(16, 4, threshold=1.0, use_cache=c.attention == "block"))
         assert stats.steps == stats.decoded and stats.tokens_per_step == 1.0
-    _, fast = generate_dlm(model, conv(), PROMPTS, 16, 4, threshold=0.05)
+    _, fast = generate_dlm(model, conv(), PROMPTS, Decoding(16, 4, threshold=0.05))
     assert fast.tokens_per_step > 1.0
 
 
 def test_fixed_steps_per_block(model):
-    _, stats = generate_dlm(
-        model, conv(block_size=8), PROMPTS, 16, 8, threshold=None, steps_per_block=2, use_cache=True
-    )
+    _, stats = generate_dlm(model, conv(block_size=8), PROMPTS, Decoding(16, 8, threshold=None, steps_per_block=2))
     assert stats.tokens_per_step == 4.0  # every block of 8 takes exactly 2 steps
 
 
@@ -96,20 +96,20 @@ def test_an_evaluation_decodes_each_block_in_its_configured_steps(model):
     """The evaluations' entry point: ``steps_per_block`` in place of the threshold, and the statistics
     name which one decoded."""
     bidir = conv("bidirectional")
-    _, fixed = generate(model, Tok, bidir, PROMPTS, 16, block_size=8, threshold=0.9, steps_per_block=1, batch_size=2)
+    _, fixed = generate(model, bidir, PROMPTS, Decoding(16, 8, threshold=0.9, steps_per_block=1), batch_size=2)
     assert fixed["steps_per_block"] == 1 and "threshold" not in fixed
     assert fixed["tokens_per_step"] == 8.0  # a whole block each forward
-    _, by_threshold = generate(model, Tok, bidir, PROMPTS, 16, block_size=8, threshold=1.0, batch_size=2)
+    _, by_threshold = generate(model, bidir, PROMPTS, Decoding(16, 8, threshold=1.0), batch_size=2)
     assert by_threshold["threshold"] == 1.0 and by_threshold["tokens_per_step"] == 1.0
 
 
 def test_bad_decoding_inputs_are_named(model):
     with pytest.raises(ValueError, match="block size 5 does not divide the generation length 16"):
-        generate_dlm(model, conv(), PROMPTS, 16, 5)
+        generate_dlm(model, conv(), PROMPTS, Decoding(16, 5))
     with pytest.raises(ValueError, match=r"threshold 1.5 is outside \(0, 1\]"):
-        generate_dlm(model, conv(), PROMPTS, 16, 4, threshold=1.5)
+        generate_dlm(model, conv(), PROMPTS, Decoding(16, 4, threshold=1.5))
     with pytest.raises(ValueError, match="causal"):
-        generate_dlm(model, conv("causal"), PROMPTS, 16, 4)
+        generate_dlm(model, conv("causal"), PROMPTS, Decoding(16, 4))
     with pytest.raises(ValueError, match="mask token"):
         Conventions(
             attention="block", shift=False, mask_token_id=None, eos_token_id=EOS, pad_token_id=PAD, block_size=4
@@ -139,28 +139,20 @@ class EndsAt(torch.nn.Module):
 def test_finished_rows_leave_the_batch_without_changing_any_row(model, attention, temperature):
     prompts = [[5, 9, 11, 20, 7, 4, 6, 8], [8, 30], [12, 13, 14], [21, 22, 23, 24, 25, 26]]
     m, c = EndsAt(model, at=11), conv(attention)
-    out, stats = generate_dlm(m, c, prompts, 24, 4, use_cache=attention == "block", temperature=temperature)
+    decoding = Decoding(24, 4, use_cache=attention == "block", temperature=temperature)
+    out, stats = generate_dlm(m, c, prompts, decoding)
     # the long prompt ends in its first block, the two shortest ones in their third: each forward ran
     # the rows still decoding only
     assert [len(o) for o in out] == [3, 9, 8, 5]
     assert set(m.rows) == {4, 3, 2}
-    alone = (
-        [generate_dlm(m, c, [p], 24, 4, use_cache=attention == "block", temperature=temperature)[0][0] for p in prompts]
-        if temperature == 0
-        else out
-    )
+    alone = [generate_dlm(m, c, [p], decoding)[0][0] for p in prompts] if temperature == 0 else out
     assert out == alone
     if temperature > 0:  # sampled with one seed per row, each row's tokens are its own whatever the batch
         seeds = [11, 12, 13, 14]
-        rows = generate_dlm(m, c, prompts, 24, 4, use_cache=attention == "block", temperature=1.0, row_seeds=seeds)
-        each = [
-            generate_dlm(m, c, [p], 24, 4, use_cache=attention == "block", temperature=1.0, row_seeds=[s])[0][0]
-            for p, s in zip(prompts, seeds)
-        ]
+        rows = generate_dlm(m, c, prompts, decoding, row_seeds=seeds)
+        each = [generate_dlm(m, c, [p], decoding, row_seeds=[s])[0][0] for p, s in zip(prompts, seeds)]
         assert rows[0] == each
-    full, full_stats = generate_dlm(
-        m, c, prompts, 24, 4, use_cache=attention == "block", temperature=temperature, stop_at_eos=False
-    )
+    full, full_stats = generate_dlm(m, c, prompts, replace(decoding, stop_at_eos=False))
     assert stats.steps < full_stats.steps
     if temperature == 0:
         assert [f[: len(o)] for f, o in zip(full, out)] == out
@@ -200,11 +192,11 @@ ENGINE_PROMPTS = [[5, 9, 11, 20, 7, 4, 6, 8], [8, 30], [12, 13, 14]]
 
 def test_engine_ar_equals_transformers_generate(model):
     ar = Conventions(attention="causal", shift=True, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
-    want = generate_ar(model, Tok, ENGINE_PROMPTS, 12, batch_size=2)
-    out, stats = generate(model, Tok, ar, ENGINE_PROMPTS, 12, batch_size=2)
+    want = generate_ar(model, Tok, ENGINE_PROMPTS, Decoding(12), batch_size=2)
+    out, stats = generate(model, ar, ENGINE_PROMPTS, Decoding(12), batch_size=2)
     assert out == want and stats["decoder"] == "ar" and stats["tokens_per_forward"] == 1.0
     # end-of-text forced from the logits at absolute position 12: each row stops there, unchanged before
-    out, stats = generate(EndsAt(model, at=12), Tok, ar, ENGINE_PROMPTS, 12, batch_size=2)
+    out, stats = generate(EndsAt(model, at=12), ar, ENGINE_PROMPTS, Decoding(12), batch_size=2)
     assert out == [w[: 13 - len(p)] for w, p in zip(want, ENGINE_PROMPTS)]
     assert stats["response_tokens"] == sum(map(len, out)) == stats["row_forwards"] - 3  # + the end-of-text steps
 
@@ -222,10 +214,9 @@ def test_engine_dlm_equals_the_dynamic_cache_path(model, mode, shift, kwargs):
         engine = DecodeEngine(m, c)
         for i in (0, 2):
             batch = ENGINE_PROMPTS[i : i + 2]
-            ref, _ = generate_dlm(m, c, batch, 24, 4, use_cache=cache, stop_at_eos=stop, **kwargs)
-            out, st = engine.generate(
-                batch, 24, block_size=4, use_cache=cache, stop_at_eos=stop, batch_size=2, **kwargs
-            )
+            decoding = Decoding(24, 4, use_cache=cache, stop_at_eos=stop, **kwargs)
+            ref, _ = generate_dlm(m, c, batch, decoding)
+            out, st = engine.generate(batch, decoding, batch_size=2)
             assert out == ref, (m, stop, i)
             kinds = {"prefill", "block", "block_first"} if cache else {"canvas"}
             assert set(st.forwards) <= kinds and st.nfe == sum(st.forwards.values())
@@ -248,14 +239,17 @@ def test_engine_equals_the_replaced_paths_at_the_tiny_presets_shape():
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(4, 1024, (n,), generator=gen).tolist() for n in (40, 75)]
     ar = Conventions(attention="causal", shift=True, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
-    assert DecodeEngine(m, ar).generate(prompts, 32)[0] == generate_ar(m, Tok, prompts, 32, batch_size=2)
+    assert DecodeEngine(m, ar).generate(prompts, Decoding(32))[0] == generate_ar(
+        m, Tok, prompts, Decoding(32), batch_size=2
+    )
     for c, cache in (
         (conv("block", True, 8), True),
         (conv("block", False, 8), False),
         (conv("bidirectional", True), False),
     ):
-        want, st = generate_dlm(m, c, prompts, 32, 8, threshold=0.9, use_cache=cache)
-        assert DecodeEngine(m, c).generate(prompts, 32, block_size=8, threshold=0.9, use_cache=cache)[0] == want
+        decoding = Decoding(32, 8, threshold=0.9, use_cache=cache)
+        want, st = generate_dlm(m, c, prompts, decoding)
+        assert DecodeEngine(m, c).generate(prompts, decoding)[0] == want
         assert st.response_tokens == 64 and st.tokens_per_step > 1  # full responses, several tokens a step
 
 
@@ -266,8 +260,8 @@ def test_engine_stops_inside_a_block_and_counts_no_token_after_end_of_text(model
 
     prompt = [5, 9, 11, 20, 7]  # response index k sits at absolute position 5 + k
     m, c = EndsAt(model, at=5 + 8, only=True), conv("block", False)
-    ref, ref_stats = generate_dlm(m, c, [prompt], 24, 4, threshold=1.0)
-    out, st = DecodeEngine(m, c).generate([prompt], 24, threshold=1.0)
+    ref, ref_stats = generate_dlm(m, c, [prompt], Decoding(24, 4, threshold=1.0))
+    out, st = DecodeEngine(m, c).generate([prompt], Decoding(24, threshold=1.0))
     assert out == ref and len(out[0]) == 8
     assert st.forwards["block"] + st.forwards["block_first"] == 8 + 1  # one token per step, then end-of-text
     assert ref_stats.nfe - st.nfe == 3  # the reference decodes the three positions after it
@@ -279,8 +273,8 @@ def test_engine_batch_padding_and_frozen_rows_change_no_row(model):
 
     m, c = EndsAt(model, at=11), conv("block", True)
     engine = DecodeEngine(m, c)
-    together, st = engine.generate(ENGINE_PROMPTS, 24, batch_size=4)
-    alone = [engine.generate([p], 24, batch_size=4)[0][0] for p in ENGINE_PROMPTS]
+    together, st = engine.generate(ENGINE_PROMPTS, Decoding(24), batch_size=4)
+    alone = [engine.generate([p], Decoding(24), batch_size=4)[0][0] for p in ENGINE_PROMPTS]
     assert together == alone and set(m.rows) == {4}  # every forward ran the compiled batch shape
     assert st.response_tokens == sum(map(len, together)) and st.row_forwards < st.nfe * 3
 
@@ -289,11 +283,11 @@ def test_bad_engine_inputs_are_named(model):
     from ar2dlm.core.engine import DecodeEngine
 
     with pytest.raises(ValueError, match="does not divide"):
-        DecodeEngine(model, conv("bidirectional")).generate(PROMPTS, 10, block_size=4, use_cache=False)
+        DecodeEngine(model, conv("bidirectional")).generate(PROMPTS, Decoding(10, 4, use_cache=False))
     with pytest.raises(ValueError, match="needs block attention"):
-        DecodeEngine(model, conv("bidirectional")).generate(PROMPTS, 8, block_size=4)
+        DecodeEngine(model, conv("bidirectional")).generate(PROMPTS, Decoding(8, 4))
     with pytest.raises(ValueError, match="3 prompts for a batch of 2"):
-        DecodeEngine(model, conv()).generate(PROMPTS, 8, batch_size=2)
+        DecodeEngine(model, conv()).generate(PROMPTS, Decoding(8), batch_size=2)
 
 
 def test_compiled_engine_equals_eager_and_compiles_each_step_kind_once(model):
@@ -309,7 +303,7 @@ def test_compiled_engine_equals_eager_and_compiles_each_step_kind_once(model):
     eager, compiled = DecodeEngine(model, c), DecodeEngine(model, c, compile=True)
     for batch in (ENGINE_PROMPTS[:2], ENGINE_PROMPTS[1:]):
         for threshold in (0.9, 0.3):
-            want = eager.generate(batch, 24, threshold=threshold)[0]
-            assert compiled.generate(batch, 24, threshold=threshold)[0] == want
+            want = eager.generate(batch, Decoding(24, threshold=threshold))[0]
+            assert compiled.generate(batch, Decoding(24, threshold=threshold))[0] == want
     # three compiled kinds (prefill, block, block_first) at one width bucket: thresholds and prompts never recompile
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 3

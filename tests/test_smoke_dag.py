@@ -263,6 +263,7 @@ def test_the_evaluation_pages_commands_run_as_written_on_the_smoke_block_model(s
 
     from ar2dlm.core.engine import generate
     from ar2dlm.core.models import load_model
+    from ar2dlm.core.sampling import Decoding
     from ar2dlm.evaluation.code import code_prompts, postprocess, read_problems, score_responses
     from tests.conftest import snakemake_env
 
@@ -286,7 +287,7 @@ def test_the_evaluation_pages_commands_run_as_written_on_the_smoke_block_model(s
     rescored = json.loads((work / "rescored.json").read_text())
     tasks = read_problems(work / problems)[: int(re.search(r"--limit (\d+)", section).group(1))]
     model, tok, conv, _ = load_model(str(work / checkpoint))
-    out, _ = generate(model, tok, conv, code_prompts(tok, tasks), 64, threshold=0.9)
+    out, _ = generate(model, conv, code_prompts(tok, tasks), Decoding(64, threshold=0.9))
     cfg = {"format": "evalplus", "dataset": "humaneval", "style": "body", "parallel": 2}
     engine = score_responses(tok, tasks, out, cfg)
     logged = {

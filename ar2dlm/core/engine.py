@@ -33,7 +33,8 @@ import itertools
 import time
 import types
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -41,7 +42,7 @@ from transformers import StaticCache
 
 from .attention import attention_mask, position_ids
 from .conventions import Conventions
-from .sampling import CACHE_KW, DecodeStats, _pick, check_decode_args, left_pad, sample_categorical
+from .sampling import CACHE_KW, DecodeStats, Decoding, _pick, check_decode_args, left_pad, sample_categorical
 
 WIDTH_BUCKET = 64  # prompts are left-padded to a multiple of this: a suite shares a few compiled widths
 STEP_KINDS = ("prefill", "ar", "block_first", "block", "canvas")
@@ -106,7 +107,7 @@ def _own_code(fn, tag: str):
 
 
 class DecodeEngine:
-    """Decoding for one model: ``generate(prompts, gen_length, ...)`` dispatches on the model's
+    """Decoding for one model: ``generate(prompts, decoding)`` dispatches on the model's
     conventions (causal: AR; block: cached block decoding; bidirectional: canvas recomputation).
 
     ``compile``: compile each step kind with ``torch.compile`` (``mode="reduce-overhead"``, CUDA
@@ -206,53 +207,32 @@ class DecodeEngine:
     # ---- public -------------------------------------------------------------------------------
     @torch.no_grad()
     def generate(
-        self,
-        prompts: list[list[int]],
-        gen_length: int,
-        *,
-        block_size: int | None = None,
-        threshold: float | None = 0.9,
-        steps_per_block: int | None = None,
-        use_cache: bool = True,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        stop_at_eos: bool = True,
-        batch_size: int | None = None,
+        self, prompts: list[list[int]], decoding: Decoding, *, batch_size: int | None = None
     ) -> tuple[list[list[int]], EngineStats]:
         """Decode one batch of token-id prompts (``batch_size``: the compiled batch shape, default
         the number of prompts). Returns the responses, each cut at its first end-of-text unless
-        ``stop_at_eos`` is False (benchmarks then decode the full length), and the statistics."""
+        ``decoding.stop_at_eos`` is False (benchmarks then decode the full length), and the statistics."""
         batch = batch_size or len(prompts)
         if len(prompts) > batch:
             raise ValueError(f"{len(prompts)} prompts for a batch of {batch}")
-        gen = torch.Generator(device=self.device).manual_seed(seed)
+        gen = torch.Generator(device=self.device).manual_seed(decoding.seed)
         stats = EngineStats(batch_size=batch)
         t0 = time.perf_counter()
         if self.conv.is_diffusion:
-            block_size = self.conv.block_size if self.conv.attention == "block" else block_size
+            block_size = self.conv.block_size if self.conv.attention == "block" else decoding.block_size
             if block_size is None:
                 raise ValueError("a bidirectional DLM needs a decoding block size")
-            check_decode_args(gen_length, block_size, threshold if steps_per_block is None else None, steps_per_block)
-            if use_cache and self.conv.attention != "block":
+            d = decoding
+            check_decode_args(
+                d.max_new_tokens, block_size, d.threshold if d.steps_per_block is None else None, d.steps_per_block
+            )
+            if d.use_cache and self.conv.attention != "block":
                 raise ValueError(
                     "an exact KV cache needs block attention; decode bidirectional models with use_cache=False"
                 )
-            rows = self._dlm(
-                prompts,
-                gen_length,
-                block_size,
-                threshold,
-                steps_per_block,
-                use_cache,
-                temperature,
-                gen,
-                stop_at_eos,
-                batch,
-                stats,
-            )
+            rows = self._dlm(prompts, decoding, block_size, gen, stats)
         else:
-            rows = self._ar(prompts, gen_length, temperature, top_p, gen, stop_at_eos, batch, stats)
+            rows = self._ar(prompts, decoding, gen, stats)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         stats.seconds = time.perf_counter() - t0
@@ -268,8 +248,8 @@ class DecodeEngine:
         return out
 
     # ---- AR -----------------------------------------------------------------------------------
-    def _ar(self, prompts, n_new, temperature, top_p, gen, stop_at_eos, batch, stats) -> list[list[int]]:
-        c = self.conv
+    def _ar(self, prompts, decoding: Decoding, gen, stats: EngineStats) -> list[list[int]]:
+        c, batch, n_new, stop_at_eos = self.conv, stats.batch_size, decoding.max_new_tokens, decoding.stop_at_eos
         ids, valid, _, width = self._canvas(prompts, n_new, batch, c.pad_token_id)
         pos, mask = position_ids(valid), attention_mask("causal", valid, self.dtype)
         cache = self._cache(batch, ids.shape[1])
@@ -279,7 +259,7 @@ class DecodeEngine:
         for t in range(n_new):
             kind = "prefill" if t == 0 else "ar"
             logits = self._run(kind, stats, ids[:, window], pos[:, window], mask[:, :, window], cache, 1)
-            tok = choose_next(logits[:, -1], temperature, top_p, gen)
+            tok = choose_next(logits[:, -1], decoding.temperature, decoding.top_p, gen)
             ids[:, width + t] = torch.where(done, c.pad_token_id, tok)
             if stop_at_eos:
                 done |= tok == c.eos_token_id
@@ -295,32 +275,20 @@ class DecodeEngine:
         return rows
 
     # ---- DLM ----------------------------------------------------------------------------------
-    def _dlm(
-        self,
-        prompts,
-        gen_length,
-        bs,
-        threshold,
-        steps_per_block,
-        use_cache,
-        temperature,
-        gen,
-        stop_at_eos,
-        batch,
-        stats,
-    ) -> list[list[int]]:
-        c = self.conv
-        ids, valid, plens, width = self._canvas(prompts, gen_length, batch, c.mask_token_id)
+    def _dlm(self, prompts, decoding: Decoding, bs: int, gen, stats: EngineStats) -> list[list[int]]:
+        c, batch, stop_at_eos = self.conv, stats.batch_size, decoding.stop_at_eos
+        threshold, steps_per_block = decoding.threshold, decoding.steps_per_block
+        ids, valid, plens, width = self._canvas(prompts, decoding.max_new_tokens, batch, c.mask_token_id)
         pos = position_ids(valid)
         mode = "block" if c.attention == "block" else "bidirectional"
         mask = attention_mask(mode, valid, self.dtype, plens, bs)
-        run = _Decode(self, stats, ids, pos, mask, width, bs, use_cache, batch)
+        run = _Decode(self, stats, _Canvas(ids, pos, mask, width), bs, decoding.use_cache)
         done = torch.arange(batch, device=self.device) >= len(prompts)
         for start in range(width, ids.shape[1], bs):
             end, steps_left = start + bs, steps_per_block
             while True:
                 logits = run.block_logits(start, done)
-                tokens, conf = choose_masked(logits, c.mask_token_id, temperature, gen)
+                tokens, conf = choose_masked(logits, c.mask_token_id, decoding.temperature, gen)
                 still = (ids[:, start:end] == c.mask_token_id) & ~done[:, None]
                 n_fixed = None
                 if steps_per_block is not None:
@@ -347,17 +315,28 @@ class DecodeEngine:
         return rows
 
 
+class _Canvas(NamedTuple):
+    """A batch's token ids (prompts left-padded, then the responses), positions, attention mask, and
+    the prompts' padded width."""
+
+    ids: torch.Tensor
+    pos: torch.Tensor
+    mask: torch.Tensor
+    width: int
+
+
 class _Decode:
     """One DLM batch's forwards: which step kind runs over which window, and the shift's carried
     logit (the logit that predicts a block's first token comes from the last position of the block
     before, computed when that block's final keys join the cache)."""
 
-    def __init__(self, engine: DecodeEngine, stats, ids, pos, mask, width, bs, use_cache, batch):
-        self.e, self.stats, self.ids, self.pos, self.mask = engine, stats, ids, pos, mask
-        self.width, self.bs, self.shift = width, bs, engine.conv.shift
+    def __init__(self, engine: DecodeEngine, stats: EngineStats, canvas: _Canvas, bs: int, use_cache: bool):
+        self.e, self.stats = engine, stats
+        self.ids, self.pos, self.mask, self.width = canvas
+        self.bs, self.shift = bs, engine.conv.shift
         self.live = torch.zeros((), dtype=torch.long, device=engine.device)
         self.steps, self.decoded = self.live.clone(), self.live.clone()
-        self.cache = engine._cache(batch, ids.shape[1]) if use_cache else None
+        self.cache = engine._cache(stats.batch_size, self.ids.shape[1]) if use_cache else None
         self.block_started, self.carry = None, None
         dev, s = engine.device, int(self.shift)
         # logit positions kept by each step kind, relative to its window
@@ -365,7 +344,7 @@ class _Decode:
         self.keep_block = torch.arange(0, bs - s, device=dev)
         if self.cache is not None:
             engine._rewind(self.cache, 0)
-            self.carry = self._forward("prefill", slice(0, width), 1, None)
+            self.carry = self._forward("prefill", slice(0, self.width), 1, None)
 
     def _forward(self, kind, window, keep, done):
         logits = self.e._run(
@@ -427,49 +406,36 @@ def choose_next(logits: torch.Tensor, temperature: float, top_p: float, gen) -> 
 
 def generate(
     model,
-    tokenizer,
     conv: Conventions,
     prompts: list[list[int]],
-    max_new_tokens: int,
+    decoding: Decoding,
     *,
-    block_size: int | None = None,
-    threshold: float | None = 0.9,
-    steps_per_block: int | None = None,
-    temperature: float = 0.0,
-    seed: int = 0,
     batch_size: int = 16,
     compile: bool | None = None,
 ) -> tuple[list[list[int]], dict]:
     """Decode with the model's own sampler, read from its conventions, through the engine: AR for
     a causal model; block decoding for a DLM (its attention block, exact prefix cache, for block
-    attention; ``block_size`` decoding blocks with full recomputation for bidirectional ones, and
-    ignored by block-attention models), each block unmasked by confidence ``threshold`` or, when
-    ``steps_per_block`` is given, in that many steps. Batches of ``batch_size`` prompts (batch
-    ``i`` draws from seed ``seed + i``). ``compile`` defaults to compiling on a GPU only: on a CPU
+    attention; ``decoding.block_size`` decoding blocks with full recomputation for bidirectional
+    ones, and ignored by block-attention models), each block unmasked by confidence ``threshold`` or,
+    when ``steps_per_block`` is given, in that many steps (the cache follows the attention, whatever
+    ``decoding.use_cache`` says). Batches of ``batch_size`` prompts (batch ``i`` draws from seed
+    ``decoding.seed + i``). ``compile`` defaults to compiling on a GPU only: on a CPU
     a compile costs more than an evaluation's decoding saves. Returns the responses (cut at
     end-of-text) and summed decoding statistics."""
-    if conv.is_diffusion and conv.attention != "block" and block_size is None:
+    if conv.is_diffusion and conv.attention != "block" and decoding.block_size is None:
         raise ValueError("a bidirectional DLM needs a decoding block size")
     device = next(model.parameters()).device
     engine = DecodeEngine(model, conv, compile=device.type == "cuda" if compile is None else compile)
     batch_size = min(batch_size, len(prompts))
     total, outs = EngineStats(batch_size=batch_size), []
     for i in tqdm(range(0, len(prompts), batch_size), desc="decode", mininterval=5):
-        rows, st = engine.generate(
-            prompts[i : i + batch_size],
-            max_new_tokens,
-            block_size=block_size,
-            threshold=threshold,
-            steps_per_block=steps_per_block,
-            use_cache=conv.attention != "bidirectional",
-            temperature=temperature,
-            seed=seed + i,
-            batch_size=batch_size,
-        )
+        batch = replace(decoding, use_cache=conv.attention != "bidirectional", seed=decoding.seed + i)
+        rows, st = engine.generate(prompts[i : i + batch_size], batch, batch_size=batch_size)
         outs += rows
         total.add(st)
     how = {}
     if conv.is_diffusion:
-        how = {"block_size": conv.block_size if conv.attention == "block" else block_size}
-        how.update({"threshold": threshold} if steps_per_block is None else {"steps_per_block": steps_per_block})
+        d = decoding
+        how = {"block_size": conv.block_size if conv.attention == "block" else d.block_size}
+        how.update({"threshold": d.threshold} if d.steps_per_block is None else {"steps_per_block": d.steps_per_block})
     return outs, {"decoder": "dlm" if conv.is_diffusion else "ar", **how, **total.as_dict()}

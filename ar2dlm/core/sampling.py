@@ -21,6 +21,34 @@ from .conventions import Conventions, block_misfit
 CACHE_KW = "cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward).parameters else "past_key_values"
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """How responses are decoded, one value for every decoder (as ``transformers.GenerationConfig`` is
+    for ``generate``): their length; for a DLM the decoding block (ignored by block-attention models,
+    whose attention block it is), the confidence ``threshold`` that unmasks a position or, when
+    ``steps_per_block`` is set, that many steps per block, and the exact prefix KV cache (block
+    attention only); the sampling ``temperature`` (0: greedy) and nucleus ``top_p``; the ``seed``;
+    whether each response stops at its first end-of-text (speed benchmarks decode the full length)."""
+
+    max_new_tokens: int
+    block_size: int | None = None
+    threshold: float | None = 0.9
+    steps_per_block: int | None = None
+    use_cache: bool = True
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    stop_at_eos: bool = True
+
+    @classmethod
+    def of(cls, spec: dict, **overrides) -> Decoding:
+        """The decoding a benchmark's settings name (``max_new_tokens``, ``block_size``, ``threshold``,
+        ``steps_per_block``; a setting it leaves out is None), with ``overrides``."""
+        return cls(
+            **{k: spec.get(k) for k in ("max_new_tokens", "block_size", "threshold", "steps_per_block")}, **overrides
+        )
+
+
 def left_pad(batch: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(x) for x in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
@@ -33,28 +61,22 @@ def left_pad(batch: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
 
 @torch.no_grad()
 def generate_ar(
-    model,
-    tokenizer,
-    prompts: list[list[int]],
-    max_new_tokens: int,
-    batch_size: int = 16,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    seed: int = 0,
-    stop_at_eos: bool = True,
+    model, tokenizer, prompts: list[list[int]], decoding: Decoding, batch_size: int = 16
 ) -> list[list[int]]:
-    """Generate continuations of token-id prompts; each result is cut at the first end-of-text
-    (with ``stop_at_eos`` False every row runs to ``max_new_tokens``, for benchmarks)."""
+    """Generate continuations of token-id prompts through transformers' ``generate`` (sampled when
+    ``decoding.temperature`` > 0); each result is cut at the first end-of-text (with ``stop_at_eos``
+    False every row runs to ``max_new_tokens``, for benchmarks)."""
     model.eval()
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    torch.manual_seed(seed)
+    max_new_tokens, temperature = decoding.max_new_tokens, decoding.temperature
+    torch.manual_seed(decoding.seed)
     out: list[list[int]] = []
     for i in tqdm(range(0, len(prompts), batch_size), desc="generate", mininterval=5):
         ids, mask = (t.to(model.device) for t in left_pad(prompts[i : i + batch_size], pad))
-        kwargs = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else {"do_sample": False}
-        if not stop_at_eos:
+        sampled = {"do_sample": True, "temperature": temperature, "top_p": decoding.top_p}
+        kwargs = sampled if temperature > 0 else {"do_sample": False}
+        if not decoding.stop_at_eos:
             kwargs["min_new_tokens"] = max_new_tokens
         gen = model.generate(
             input_ids=ids,
@@ -65,7 +87,7 @@ def generate_ar(
             **kwargs,
         )
         for row in gen[:, ids.shape[1] :].tolist():
-            out.append(row[: row.index(eos)] if stop_at_eos and eos in row else row)
+            out.append(row[: row.index(eos)] if decoding.stop_at_eos and eos in row else row)
     return out
 
 
@@ -164,15 +186,8 @@ def generate_dlm(
     model,
     conv: Conventions,
     prompts: list[list[int]],
-    gen_length: int,
-    block_size: int,
+    decoding: Decoding,
     *,
-    threshold: float | None = 0.9,
-    steps_per_block: int | None = None,
-    use_cache: bool = True,
-    temperature: float = 0.0,
-    seed: int = 0,
-    stop_at_eos: bool = True,
     trajectory: Trajectory | None = None,
     row_seeds: list[int] | None = None,
 ) -> tuple[list[list[int]], DecodeStats]:
@@ -192,14 +207,16 @@ def generate_dlm(
     ``row_seeds`` from one generator per prompt: each row's tokens then do not depend on the
     other rows of the batch (a sharded run's rollouts equal one process's).
     """
+    gen_length, block_size, threshold = decoding.max_new_tokens, decoding.block_size, decoding.threshold
+    steps_per_block, temperature = decoding.steps_per_block, decoding.temperature
     check_decode_args(gen_length, block_size, threshold if steps_per_block is None else None, steps_per_block)
     if not conv.is_diffusion:
         raise ValueError("generate_dlm decodes diffusion models; this checkpoint is causal (use generate_ar)")
-    if use_cache and conv.attention != "block":
+    if decoding.use_cache and conv.attention != "block":
         raise ValueError("an exact KV cache needs block attention; decode bidirectional models with use_cache=False")
     model.eval()
     t0 = time.perf_counter()
-    d = _DynamicDecode(model, conv, prompts, gen_length, block_size, use_cache, seed, row_seeds, trajectory)
+    d = _DynamicDecode(model, conv, prompts, decoding, row_seeds, trajectory)
     for start in range(d.P, d.P + gen_length, block_size):
         end, n_steps_left = start + block_size, steps_per_block
         while True:
@@ -225,20 +242,21 @@ def generate_dlm(
             d.stats.decoded += int(pick.sum())
             d.ids[:, start:end] = torch.where(pick, tokens, d.ids[:, start:end])
         d.pending = start  # its exact keys/values join the cache with the next block's first step
-        if stop_at_eos and d.leave_finished(end):
+        if decoding.stop_at_eos and d.leave_finished(end):
             break
-    return d.finish(stop_at_eos, t0)
+    return d.finish(decoding.stop_at_eos, t0)
 
 
 class _DynamicDecode:
     """One batch of :func:`generate_dlm`: the canvas, the rows still decoding, the cache and the
     shift's carried logit."""
 
-    def __init__(self, model, conv, prompts, gen_length, block_size, use_cache, seed, row_seeds, trajectory):
+    def __init__(self, model, conv, prompts, decoding: Decoding, row_seeds, trajectory):
+        gen_length, block_size = decoding.max_new_tokens, decoding.block_size
         self.model, self.conv, self.block_size, self.trajectory = model, conv, block_size, trajectory
         device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
         self.device = device
-        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.gen = torch.Generator(device=device).manual_seed(decoding.seed)
         if row_seeds is not None:
             if len(row_seeds) != len(prompts):
                 raise ValueError(f"{len(row_seeds)} row seeds for {len(prompts)} prompts")
@@ -258,7 +276,7 @@ class _DynamicDecode:
         self.final = self.ids.clone()  # rows are written back here as they leave the batch
         self.live = torch.arange(B, device=device)  # the rows still decoding
         self.cache, self.carry, self.pending = None, None, None
-        if use_cache:
+        if decoding.use_cache:
             self.cache = DynamicCache()
             self.carry = self._forward(0, P, P).logits[:, -1:]
             self.stats.nfe += 1

@@ -297,22 +297,13 @@ def evaluate_code(model, tokenizer, conv, tasks: list[dict], cfg: dict, seed: in
     samples. ``cfg``: n_samples, temperature, max_new_tokens, batch_size, format, dataset, style,
     parallel, and for DLMs threshold (or steps_per_block) and (bidirectional models) block_size."""
     from ..core.engine import generate
+    from ..core.sampling import Decoding
 
     n = cfg["n_samples"]
     temperature = cfg["temperature"] if n > 1 else 0.0
-    outs, stats = generate(
-        model,
-        tokenizer,
-        conv,
-        [p for p in code_prompts(tokenizer, tasks) for _ in range(n)],
-        cfg["max_new_tokens"],
-        block_size=cfg.get("block_size"),
-        threshold=cfg.get("threshold"),
-        steps_per_block=cfg.get("steps_per_block"),
-        temperature=temperature,
-        seed=seed,
-        batch_size=cfg["batch_size"],
-    )
+    prompts = [p for p in code_prompts(tokenizer, tasks) for _ in range(n)]
+    decoding = Decoding.of(cfg, temperature=temperature, seed=seed)
+    outs, stats = generate(model, conv, prompts, decoding, batch_size=cfg["batch_size"])
     return {**score_responses(tokenizer, tasks, outs, cfg), "temperature": temperature, "decoding": stats}
 
 

@@ -23,7 +23,7 @@ import torch
 
 from ..core.conventions import Conventions
 from ..core.engine import WIDTH_BUCKET, DecodeEngine, EngineStats
-from ..core.sampling import generate_ar, generate_dlm
+from ..core.sampling import Decoding, generate_ar, generate_dlm
 
 
 @dataclass
@@ -51,19 +51,19 @@ def decoders(
     dlm_engine = DecodeEngine(dlm, conv, compile=compile)
 
     def hf(batch):
-        out = generate_ar(ar_model, tokenizer, batch, max_new_tokens, batch_size=len(batch))
+        out = generate_ar(ar_model, tokenizer, batch, Decoding(max_new_tokens), batch_size=len(batch))
         return out, {"response_tokens": sum(map(len, out))}
 
     def on_engine(engine, **kw):
         def run(batch):
-            out, st = engine.generate(batch, max_new_tokens, batch_size=batch_size, **kw)
+            out, st = engine.generate(batch, Decoding(max_new_tokens, **kw), batch_size=batch_size)
             return out, st.as_dict()
 
         return run
 
     def dynamic(t):
         def run(batch):
-            out, st = generate_dlm(dlm, conv, batch, max_new_tokens, conv.block_size, threshold=t)
+            out, st = generate_dlm(dlm, conv, batch, Decoding(max_new_tokens, conv.block_size, threshold=t))
             return out, st.as_dict()
 
         return run

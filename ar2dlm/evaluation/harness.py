@@ -16,6 +16,8 @@ module is imported, ``lm_eval --model ar2dlm --model_args pretrained=<model dir>
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
@@ -23,6 +25,7 @@ from lm_eval.api.registry import register_model
 from ..core.engine import generate
 from ..core.likelihood import ar_scores, dlm_elbo
 from ..core.models import load_model
+from ..core.sampling import Decoding
 
 
 @register_model("ar2dlm")
@@ -48,9 +51,15 @@ class HarnessLM(LM):
             dtype = getattr(torch, dtype)
         self.model, self.tokenizer, self.conv, _ = load_model(pretrained, dtype=dtype, device=device)
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 16
-        self.elbo_samples, self.threshold, self.seed = int(elbo_samples), float(threshold), int(seed)
-        self.block_size = int(block_size) if block_size not in (None, "None") else None
-        self.steps_per_block = int(steps_per_block) if steps_per_block not in (None, "None") else None
+        # lm-eval hands its model_args over as flat keywords (strings from the command line): read once here
+        self.elbo_samples, self.seed = int(elbo_samples), int(seed)
+        self.decoding = Decoding(
+            max_new_tokens=0,  # each request's own
+            block_size=int(block_size) if block_size not in (None, "None") else None,
+            threshold=float(threshold),
+            steps_per_block=int(steps_per_block) if steps_per_block not in (None, "None") else None,
+            seed=self.seed,
+        )
         self.max_gen_toks = int(max_gen_toks)
         self.path = pretrained
 
@@ -106,7 +115,7 @@ class HarnessLM(LM):
         """Tokens to generate for a request: the task's ``max_gen_toks`` capped at the configured
         one, rounded up to whole decoding blocks for a DLM."""
         n = min(int(kwargs.get("max_gen_toks", self.max_gen_toks)), self.max_gen_toks)
-        block = self.conv.block_size or self.block_size
+        block = self.conv.block_size or self.decoding.block_size
         return -(-n // block) * block if self.conv.is_diffusion and block else n
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
@@ -133,19 +142,8 @@ class HarnessLM(LM):
                     f"a {len(items[0][1])}-token prompt + {n} generated tokens exceeds the model's "
                     f"{limit} positions: lower the benchmark's max_gen_toks"
                 )
-            ids, _ = generate(
-                self.model,
-                self.tokenizer,
-                self.conv,
-                [p for _, p, _ in items],
-                n,
-                block_size=self.block_size,
-                threshold=self.threshold,
-                steps_per_block=self.steps_per_block,
-                temperature=temperature,
-                seed=self.seed,
-                batch_size=self.batch_size,
-            )
+            decoding = replace(self.decoding, max_new_tokens=n, temperature=temperature)
+            ids, _ = generate(self.model, self.conv, [p for _, p, _ in items], decoding, batch_size=self.batch_size)
             for (i, _, until), row in zip(items, ids):
                 text = self.tokenizer.decode(row)
                 for stop in until:

@@ -41,21 +41,11 @@ def extract_answer(text: str) -> str | None:
 def generate_answers(model, tokenizer, conv, items: list[dict], cfg: dict, seed: int = 0):
     """The model's responses to each item's ``prompt`` with its own sampler (token ids, decoding stats)."""
     from ..core.engine import generate
+    from ..core.sampling import Decoding
     from ..data.tokenization import encode_pair
 
     prompts = [encode_pair(tokenizer, it["prompt"], "", eos=False)[0] for it in items]
-    return generate(
-        model,
-        tokenizer,
-        conv,
-        prompts,
-        cfg["max_new_tokens"],
-        block_size=cfg.get("block_size"),
-        threshold=cfg.get("threshold"),
-        steps_per_block=cfg.get("steps_per_block"),
-        seed=seed,
-        batch_size=cfg["batch_size"],
-    )
+    return generate(model, conv, prompts, Decoding.of(cfg, seed=seed), batch_size=cfg["batch_size"])
 
 
 def evaluate_math(model, tokenizer, conv, items: list[dict], cfg: dict, seed: int = 0) -> dict:

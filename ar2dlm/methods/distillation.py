@@ -145,24 +145,20 @@ def on_policy_state(
     other rows). The clean tokens are the trajectory's own final output x0. The loss positions are
     the masked ones before the row's first end-of-text, which is excluded as in divelab/OPDLM: past
     it the teacher would be conditioned on what a stopped rollout never writes."""
-    from ..core.sampling import Trajectory, generate_dlm
+    from ..core.sampling import Decoding, Trajectory, generate_dlm
 
     traj = Trajectory()
     was_training = model.training
     with gathered(model):  # a sharded student decodes its own prompts without collectives
-        generate_dlm(
-            model,
-            conv,
-            prompts,
+        decoding = Decoding(
             length,
             conv.block_size,
             threshold=threshold,
             use_cache=conv.attention == "block",
             temperature=temperature,
-            row_seeds=row_seeds,
             stop_at_eos=False,
-            trajectory=traj,
         )
+        generate_dlm(model, conv, prompts, decoding, row_seeds=row_seeds, trajectory=traj)
     model.train(was_training)
     if counts is not None:
         counts["forward_tokens"] = traj.forward_tokens
