@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ar2dlm.data.token_rows import TokenRows, document_rows, document_tokens, packed_rows
-from ar2dlm.data.token_shards import merge_shards, needed_tokens, write_shard, write_token_rows
+from ar2dlm.data.token_shards import RowsJob, merge_shards, needed_tokens, write_shard, write_token_rows
 from ar2dlm.training.data import Batches
 from tests.conftest import REPO
 
@@ -37,45 +37,36 @@ def rows_of(folder) -> list:
     return [rows[i] for i in range(len(rows))]
 
 
-def rows_args(tok, folder, docs, *, packed, budget, info=INFO):
-    """What a one-job tokenisation and the merge of shard jobs are both given."""
-    return dict(
-        docs=lambda: iter(docs),
-        tokenizer_dir=folder,
-        seq_len=48,
-        packed=packed,
-        pad_id=tok.pad_token_id,
+def rows_job(tok, folder, docs, *, packed, budget=None, info=INFO):
+    """What a one-job tokenisation and the shard jobs with their merge are given."""
+    return RowsJob(
+        lambda: iter(docs),
+        folder,
+        48,
+        packed,
+        settings=SETTINGS,
         info=info,
+        pad_id=tok.pad_token_id,
         budget_tokens=budget,
+        **SMALL,
     )
 
 
 def one_job(tok, folder, docs, out, *, packed, budget=None, workers=1, info=INFO):
-    common = rows_args(tok, folder, docs, packed=packed, budget=budget, info=info)
-    return write_token_rows(out_dir=out, settings=SETTINGS, workers=workers, **SMALL, **common)
+    return write_token_rows(rows_job(tok, folder, docs, packed=packed, budget=budget, info=info), out, workers)
 
 
 def sharded(tok, folder, docs, out, shards, *, packed, budget=None, stop=None):
     """``shards`` shard jobs and their merge; ``stop``: where each shard stops (default: its share)."""
     from ar2dlm.data.token_shards import shard_stop_tokens
 
+    job = rows_job(tok, folder, docs, packed=packed, budget=budget)
     need = needed_tokens(budget, 48, packed)
     dirs = [out.with_name(f"{out.name}.shard{k}") for k in range(shards)]
     for k, d in enumerate(dirs):
-        write_shard(
-            iter(docs),
-            folder,
-            d,
-            settings=SETTINGS,
-            seq_len=48,
-            packed=packed,
-            shard=k,
-            shards=shards,
-            stop_tokens=stop if stop is not None else shard_stop_tokens(need, shards),
-            **SMALL,
-        )
-    common = rows_args(tok, folder, docs, packed=packed, budget=budget)
-    return merge_shards(dirs, out, chunk_docs=SMALL["chunk_docs"], **common)
+        stop_tokens = stop if stop is not None else shard_stop_tokens(need, shards)
+        write_shard(job, d, shard=k, shards=shards, stop_tokens=stop_tokens)
+    return merge_shards(job, dirs, out)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -137,14 +128,14 @@ def test_a_source_shorter_than_its_budget_is_refused_naming_it(corpus, tmp_path)
 
 KILLED_WRITER = """
 import itertools, json, sys, time
-from ar2dlm.data.token_shards import write_shard
+from ar2dlm.data.token_shards import RowsJob, write_shard
 docs = [json.loads(line) for line in open(sys.argv[1])]
 def stalling():  # the source stalls after a third of it: the writer has written parts by then
     yield from docs[:len(docs) // 3]
     time.sleep(600)
     yield from docs[len(docs) // 3:]
-write_shard(stalling(), sys.argv[2], sys.argv[3], settings={"source": "test"}, seq_len=48, packed=True, shard=1,
-            shards=2, workers=1, chunk_docs=8, part_tokens=300)
+job = RowsJob(stalling, sys.argv[2], 48, True, settings={"source": "test"}, chunk_docs=8, part_tokens=300)
+write_shard(job, sys.argv[3], shard=1, shards=2, workers=1)
 """
 
 
@@ -171,12 +162,9 @@ def test_a_killed_shard_resumes_where_it_stopped_and_writes_the_same_bytes(corpu
     assert progress["parts"] and not progress["done"]
     (work / "part-09999-tokens.npy.tmp").write_bytes(b"half a file")  # as a kill mid-write leaves it
     (work / f"part-{len(progress['parts']):05d}-tokens.npy").write_bytes(b"a part written, never recorded")
-    resumed = write_shard(
-        iter(docs), folder, work, settings=SETTINGS, seq_len=48, packed=True, shard=1, shards=2, **SMALL
-    )
-    whole = write_shard(
-        iter(docs), folder, tmp_path / "whole", settings=SETTINGS, seq_len=48, packed=True, shard=1, shards=2, **SMALL
-    )
+    job = rows_job(tok, folder, docs, packed=True)
+    resumed = write_shard(job, work, shard=1, shards=2)
+    whole = write_shard(job, tmp_path / "whole", shard=1, shards=2)
     assert resumed == whole and len(whole["parts"]) > len(progress["parts"])
     files = sorted(p.name for p in (tmp_path / "whole").iterdir())
     assert sorted(p.name for p in work.iterdir()) == files
@@ -186,11 +174,14 @@ def test_a_killed_shard_resumes_where_it_stopped_and_writes_the_same_bytes(corpu
 
 def test_a_shard_written_under_other_settings_starts_over(corpus, tmp_path):
     tok, folder, docs = corpus
-    kw = dict(seq_len=48, packed=True, **SMALL)
-    write_shard(iter(docs[:50]), folder, tmp_path / "w", settings={"source": "old"}, **kw)
-    fresh = write_shard(iter(docs), folder, tmp_path / "w", settings={"source": "new"}, **kw)
+
+    def job(part, source):
+        return RowsJob(lambda: iter(part), folder, 48, True, settings={"source": source}, **SMALL)
+
+    write_shard(job(docs[:50], "old"), tmp_path / "w")
+    fresh = write_shard(job(docs, "new"), tmp_path / "w")
     assert fresh["tokens"] == len(document_tokens(docs, tok))
-    again = write_shard(iter([]), folder, tmp_path / "w", settings={"source": "new"}, **kw)  # done: nothing read
+    again = write_shard(job([], "new"), tmp_path / "w")  # done: nothing read
     assert again == fresh
 
 
@@ -226,7 +217,7 @@ def test_a_stream_not_written_out_is_read_from_its_source_once_in_order(corpus, 
     """The paper's stream: its manifest names the source; the rows are tokenised from it up to the
     budget (here a local JSON file through ``datasets``, as the hub would be), packed, and trained
     in order; split over shard jobs, the same rows."""
-    from ar2dlm.data.build import build_token_rows
+    from ar2dlm.data.build import build_token_rows, rows_job
     from ar2dlm.provenance import write_json
 
     tok, folder, docs = corpus
@@ -246,14 +237,13 @@ def test_a_stream_not_written_out_is_read_from_its_source_once_in_order(corpus, 
         "stream": {"path": None, "budget_tokens": 2000},
     }
     write_json(tmp_path / "manifest.json", manifest)
-    index = build_token_rows(tmp_path / "manifest.json", folder, "stream", "documents", 48, tmp_path / "rows")
+    job = rows_job(tmp_path / "manifest.json", folder, "stream", "documents", 48)
+    index = build_token_rows(job, tmp_path / "rows")
     assert index["ordered"] and index["packed"] and index["rows"] == -(-2000 // 48) and index["tokens"] == 48 * 42
     shards = [tmp_path / f"shard{k}" for k in range(2)]
     for k, d in enumerate(shards):
-        build_token_rows(tmp_path / "manifest.json", folder, "stream", "documents", 48, d, shard=k, shards=2)
-    build_token_rows(
-        tmp_path / "manifest.json", folder, "stream", "documents", 48, tmp_path / "merged", shard_dirs=shards
-    )
+        build_token_rows(job, d, shard=k, shards=2)
+    build_token_rows(job, tmp_path / "merged", shard_dirs=shards)
     assert rows_of(tmp_path / "merged") == rows_of(tmp_path / "rows")
     assert np.load(tmp_path / "merged" / "segments.npy")[:, 2].sum() == 48 * 42  # cut at the budget's rows
 

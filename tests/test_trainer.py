@@ -359,7 +359,7 @@ def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_p
     the weights of the corpus file tokenised in the trainer, packed or one document per row."""
     from transformers import AutoTokenizer
 
-    from ar2dlm.data.build import build_token_rows
+    from ar2dlm.data.build import build_token_rows, rows_job
     from ar2dlm.data.token_rows import TokenRows
     from ar2dlm.methods.registry import objective_for, training_data
     from ar2dlm.training.trainer import training_batches
@@ -367,7 +367,7 @@ def test_pre_tokenised_rows_train_like_the_documents_they_come_from(setup, tmp_p
     run = run_cfg(name, steps=3, checkpoint_every=3, rows=layout)
     rows = tmp_path / "rows"
     selection = training_data(run, prompt_sets={})[1]
-    build_token_rows(setup / "corpus.jsonl", setup / "teacher", "subset", selection, 64, rows, workers=2)
+    build_token_rows(rows_job(setup / "corpus.jsonl", setup / "teacher", "subset", selection, 64), rows, workers=2)
     folder = TokenRows(rows)
     # one document per row: prompts stay clean and blocks start at the completion (as evaluated)
     assert folder.index["packed"] == (layout == "packed" and name == "mdlm")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 from ..provenance import library_versions, read_json, read_jsonl, write_json, write_jsonl
 from .code_suite import generate_code_suite
 from .corpus import hub_documents, shuffled, stdlib_documents, suite_documents, take_tokens, token_counter
 from .math_suite import generate_math_suite
 from .preferences import make_preferences
+from .token_shards import RowsJob
 from .tokenization import load_pretrained_tokenizer, train_bpe_tokenizer
 
 
@@ -148,17 +148,6 @@ def build_prompt_set(name: str, spec: dict, seed: int, out) -> int:
     return write_jsonl(out, rows)
 
 
-class RowsSource(NamedTuple):
-    """What a token_rows job reads: a fresh pass over the documents, the token budget (a stream
-    not written out), the index's description and the settings a resumed shard must match."""
-
-    docs: Callable[[], Iterable[dict]]
-    budget: int | None
-    info: dict
-    settings: dict
-    packed: bool
-
-
 def _jsonl_documents(path) -> Iterator[dict]:
     with open(path) as f:
         for line in f:
@@ -171,9 +160,11 @@ def _file_stamp(path) -> list:
     return [st.st_size, st.st_mtime_ns]
 
 
-def rows_source(source_path, tokenizer_dir, source: str, selection: str) -> RowsSource:
-    """A stream that is not written out (its manifest) is read from its source up to its token
-    budget and trained on once, in order; written-out files are trained on in seeded epochs."""
+def rows_job(source_path, tokenizer_dir, source: str, selection: str, seq_len: int) -> RowsJob:
+    """The token_rows job of ``source`` (its file or a stream's manifest): the documents ``selection``
+    keeps, in rows of ``seq_len`` tokens. A stream that is not written out (its manifest) is read from its
+    source up to its token budget and trained on once, in order; written-out files are trained on in
+    seeded epochs."""
     from .corpus import select_documents
     from .token_rows import packs
 
@@ -201,67 +192,51 @@ def rows_source(source_path, tokenizer_dir, source: str, selection: str) -> Rows
         "origin": origin,
         "budget_key": "data.corpus.stream_tokens",
     }
-    return RowsSource(lambda: select_documents(docs(), selection), budget, info, settings, packs(source, selection))
+    from transformers import AutoTokenizer
+
+    return RowsJob(
+        docs=lambda: select_documents(docs(), selection),
+        tokenizer_dir=tokenizer_dir,
+        seq_len=seq_len,
+        packed=packs(source, selection),
+        settings=settings,
+        info=info,
+        pad_id=AutoTokenizer.from_pretrained(str(tokenizer_dir)).pad_token_id,
+        budget_tokens=budget,
+    )
 
 
-def _write_token_shard(src: RowsSource, tokenizer_dir, seq_len: int, out_dir, shard: int, shards: int, workers: int):
+def _write_token_shard(job: RowsJob, out_dir, shard: int, shards: int, workers: int):
     """Shard ``shard`` of ``shards`` of a token_rows job, written resumably in ``<out_dir>.partial``
     and moved to ``out_dir`` when done."""
-    from .token_shards import needed_tokens, shard_stop_tokens, write_shard
+    from .token_shards import shard_stop_tokens, write_shard
 
     work = Path(str(out_dir) + ".partial")
-    progress = write_shard(
-        src.docs(),
-        tokenizer_dir,
-        work,
-        settings=src.settings,
-        seq_len=seq_len,
-        packed=src.packed,
-        shard=shard,
-        shards=shards,
-        workers=workers,
-        stop_tokens=shard_stop_tokens(needed_tokens(src.budget, seq_len, src.packed), shards),
-    )
+    stop = shard_stop_tokens(job.needed_tokens, shards)
+    progress = write_shard(job, work, shard=shard, shards=shards, workers=workers, stop_tokens=stop)
     shutil.rmtree(out_dir, ignore_errors=True)
     work.rename(out_dir)
     return {k: progress[k] for k in ("tokens", "next_chunk", "exhausted")} | {"parts": len(progress["parts"])}
 
 
 def build_token_rows(
-    source_path,
-    tokenizer_dir,
-    source: str,
-    selection: str,
-    seq_len: int,
+    job: RowsJob,
     out_dir,
+    *,
     workers: int = 1,
     shard_dirs: list | None = None,
-    *,
     shard: int | None = None,
     shards: int | None = None,
 ) -> dict:
-    """Tokenise a corpus cut, prompt set or stream into rows of ``seq_len`` tokens (``token_rows``):
-    merge the shards ``shard_dirs`` that ``token_rows_shard`` jobs wrote, or, without them,
+    """Tokenise a corpus cut, prompt set or stream into rows (``token_rows``; ``rows_job`` describes
+    it): merge the shards ``shard_dirs`` that ``token_rows_shard`` jobs wrote, or, without them,
     tokenise here with ``workers`` processes (resumably too). With ``shard``: only shard ``shard``
     of ``shards``, a ``token_rows_shard`` job's part, written resumably in ``<out_dir>.partial`` and
     moved to ``out_dir`` when done."""
-    src = rows_source(source_path, tokenizer_dir, source, selection)
-    if shard is not None:
-        return _write_token_shard(src, tokenizer_dir, seq_len, out_dir, shard, shards, workers)
-    from transformers import AutoTokenizer
-
     from .token_shards import merge_shards, write_token_rows
 
-    pad = AutoTokenizer.from_pretrained(str(tokenizer_dir)).pad_token_id
-    common = dict(
-        docs=src.docs,
-        tokenizer_dir=tokenizer_dir,
-        seq_len=seq_len,
-        packed=src.packed,
-        pad_id=pad,
-        info=src.info,
-        budget_tokens=src.budget,
-    )
+    if shard is not None:
+        return _write_token_shard(job, out_dir, shard, shards, workers)
     if shard_dirs:
-        return merge_shards(shard_dirs, out_dir, **common)
-    return write_token_rows(out_dir=out_dir, settings=src.settings, workers=workers, **common)
+        return merge_shards(job, shard_dirs, out_dir)
+    return write_token_rows(job, out_dir, workers)

@@ -29,6 +29,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,6 +43,32 @@ PART_TOKENS = 1 << 26  # tokens per part (256 MB): what a killed shard can lose,
 SHARD_SLACK = 0.02  # a budgeted shard's extra share: the merge tokenises what a short shard lacks
 
 Documents = Callable[[], Iterable[dict]]  # a fresh pass over the source's documents, in order
+
+
+@dataclass(frozen=True)
+class RowsJob:
+    """One token_rows folder's making: ``docs()`` (a fresh pass over the source, in order) tokenised
+    with the tokenizer in ``tokenizer_dir`` into rows of ``seq_len`` tokens, ``packed`` or one document
+    per row (padded with ``pad_id``), cut at ``budget_tokens`` (None: all of it). ``settings`` name the
+    source and tokenizer (a shard resumed under other settings starts over); ``info`` (source,
+    selection, ordered, origin, budget_key) goes into the index and names the source in errors;
+    ``chunk_docs`` and ``part_tokens`` size the chunks and the files written (module docstring)."""
+
+    docs: Documents
+    tokenizer_dir: str | Path
+    seq_len: int
+    packed: bool
+    settings: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+    pad_id: int | None = None
+    budget_tokens: int | None = None
+    chunk_docs: int = CHUNK_DOCS
+    part_tokens: int = PART_TOKENS
+
+    @property
+    def needed_tokens(self) -> int | None:
+        return needed_tokens(self.budget_tokens, self.seq_len, self.packed)
+
 
 _worker_tokenizer = None
 
@@ -169,38 +196,26 @@ class _Part:
 
 
 def write_shard(
-    docs: Iterable[dict],
-    tokenizer_dir,
-    work,
-    *,
-    settings: dict,
-    seq_len: int,
-    packed: bool,
-    shard: int = 0,
-    shards: int = 1,
-    stop_tokens: int | None = None,
-    workers: int = 1,
-    chunk_docs: int = CHUNK_DOCS,
-    part_tokens: int = PART_TOKENS,
+    job: RowsJob, work, *, shard: int = 0, shards: int = 1, stop_tokens: int | None = None, workers: int = 1
 ) -> dict:
-    """Tokenise shard ``shard`` of ``shards`` of ``docs`` into ``work``, resuming what an earlier
-    attempt under the same ``settings`` (source, tokenizer) wrote there; stop after the chunk that
+    """Tokenise shard ``shard`` of ``shards`` of the job's documents into ``work``, resuming what an
+    earlier attempt under the same settings (source, tokenizer) wrote there; stop after the chunk that
     reaches ``stop_tokens``, or at the end of the source. Returns the progress record."""
-    work = Path(work)
+    work, seq_len, packed = Path(work), job.seq_len, job.packed
     settings = {
-        **settings,
+        **job.settings,
         "seq_len": seq_len,
         "packed": packed,
         "shard": shard,
         "shards": shards,
         "stop_tokens": stop_tokens,
-        "chunk_docs": chunk_docs,
-        "part_tokens": part_tokens,
+        "chunk_docs": job.chunk_docs,
+        "part_tokens": job.part_tokens,
     }
     progress = _start(work, settings)
     if progress["done"]:
         return progress
-    own = _own_chunks(docs, shard, shards, chunk_docs, progress["next_chunk"])
+    own = _own_chunks(job.docs(), shard, shards, job.chunk_docs, progress["next_chunk"])
     part = _Part()
 
     def record(exhausted: bool = False, done: bool = False) -> None:
@@ -213,12 +228,12 @@ def write_shard(
         progress.update(exhausted=exhausted, done=done)
         write_json(work / "progress.json", progress)
 
-    for c, tokens, rows in tokenized_chunks(own, str(tokenizer_dir), seq_len, packed, workers):
+    for c, tokens, rows in tokenized_chunks(own, str(job.tokenizer_dir), seq_len, packed, workers):
         part.add(c, tokens, rows)
         if stop_tokens is not None and progress["tokens"] + part.size >= stop_tokens:
             record(done=True)
             return progress
-        if part.size >= part_tokens:
+        if part.size >= job.part_tokens:
             record()
     record(exhausted=True, done=True)
     return progress
@@ -271,21 +286,21 @@ def _shard_chunks(folder: Path, packed: bool) -> tuple[dict, Iterator[tuple[int,
 class _TopUp:
     """Chunks a shard stopped short of, tokenised here from a fresh pass over the source."""
 
-    def __init__(self, docs: Documents, tokenizer_dir, seq_len: int, packed: bool, chunk_docs: int, out: Path):
-        self.docs, self.tokenizer_dir, self.seq_len, self.packed, self.out = docs, tokenizer_dir, seq_len, packed, out
-        self.chunk_docs, self._it, self._next, self.parts = chunk_docs, None, 0, []
+    def __init__(self, job: RowsJob, out: Path):
+        self.job, self.out = job, out
+        self._it, self._next, self.parts = None, 0, []
 
     def chunk(self, c: int) -> Chunk | None:
         if self._it is None:
-            _load_tokenizer(str(self.tokenizer_dir))
-            self._it = chunked(self.docs(), self.chunk_docs)
+            _load_tokenizer(str(self.job.tokenizer_dir))
+            self._it = chunked(self.job.docs(), self.job.chunk_docs)
         docs = None
         while self._next <= c:
             docs = next(self._it, None)
             self._next += 1
             if docs is None:
                 return None
-        tokens, rows = chunk_tokens(docs, _worker_tokenizer, self.seq_len, self.packed)
+        tokens, rows = chunk_tokens(docs, _worker_tokenizer, self.job.seq_len, self.job.packed)
         name = f"topup-{len(self.parts):05d}.npy"
         _save(self.out / name, tokens)
         self.parts.append(name)
@@ -348,29 +363,17 @@ def _row_table(chunks, packed: bool, need: int | None) -> tuple[dict, list, int]
     return files, table, tokens
 
 
-def merge_shards(
-    shard_dirs: list,
-    out_dir,
-    *,
-    docs: Documents,
-    tokenizer_dir,
-    seq_len: int,
-    packed: bool,
-    pad_id: int,
-    info: dict,
-    budget_tokens: int | None = None,
-    chunk_docs: int = CHUNK_DOCS,
-) -> dict:
+def merge_shards(job: RowsJob, shard_dirs: list, out_dir) -> dict:
     """The token-rows folder ``out_dir`` (replaced whole) from its shards' work folders, in source
-    order, cut at ``budget_tokens`` (packed: the whole rows covering it). ``docs``: a fresh pass over
-    the source, for chunks a shard stopped short of. ``info`` (source, selection, ordered, origin,
-    budget_key) goes into the index and names the source in errors."""
+    order, cut at the job's budget (packed: the whole rows covering it); a chunk a shard stopped short
+    of is tokenised here from a fresh pass over the source."""
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    need = needed_tokens(budget_tokens, seq_len, packed)
-    top_up = _TopUp(docs, tokenizer_dir, seq_len, packed, chunk_docs, tmp)
+    seq_len, packed, info, budget_tokens = job.seq_len, job.packed, job.info, job.budget_tokens
+    need = job.needed_tokens
+    top_up = _TopUp(job, tmp)
     chunks = _ordered_chunks([_shard_chunks(Path(d), packed) for d in shard_dirs], top_up)
     files, table, tokens = _row_table(chunks, packed, need)
     if need is not None and tokens < need:
@@ -404,7 +407,7 @@ def merge_shards(
         **info,
         "packed": packed,
         "seq_len": seq_len,
-        "pad_id": pad_id,
+        "pad_id": job.pad_id,
         "rows": rows,
         "tokens": tokens,
         "budget_tokens": budget_tokens,
@@ -418,46 +421,10 @@ def merge_shards(
     return index
 
 
-def write_token_rows(
-    docs: Documents,
-    tokenizer_dir,
-    out_dir,
-    *,
-    settings: dict,
-    seq_len: int,
-    packed: bool,
-    pad_id: int,
-    info: dict,
-    budget_tokens: int | None = None,
-    workers: int = 1,
-    chunk_docs: int = CHUNK_DOCS,
-    part_tokens: int = PART_TOKENS,
-) -> dict:
+def write_token_rows(job: RowsJob, out_dir, workers: int = 1) -> dict:
     """One job's token rows: a single shard written (resumably) in ``<out_dir>.partial``, then merged."""
     work = Path(str(out_dir) + ".partial")
-    write_shard(
-        docs(),
-        tokenizer_dir,
-        work,
-        settings=settings,
-        seq_len=seq_len,
-        packed=packed,
-        stop_tokens=needed_tokens(budget_tokens, seq_len, packed),
-        workers=workers,
-        chunk_docs=chunk_docs,
-        part_tokens=part_tokens,
-    )
-    index = merge_shards(
-        [work],
-        out_dir,
-        docs=docs,
-        tokenizer_dir=tokenizer_dir,
-        seq_len=seq_len,
-        packed=packed,
-        pad_id=pad_id,
-        info=info,
-        budget_tokens=budget_tokens,
-        chunk_docs=chunk_docs,
-    )
+    write_shard(job, work, stop_tokens=job.needed_tokens, workers=workers)
+    index = merge_shards(job, [work], out_dir)
     shutil.rmtree(work)
     return index
