@@ -100,20 +100,8 @@ def arith_teacher(smoke_tokenizer, tmp_path_factory):
     root = tmp_path_factory.mktemp("arith")
     model = build_qwen3(dict(ARCH, init_seed=0), tok)
     rows = pack_documents(items * 8, tok, 64, seed=0)
-    pretrain(
-        model,
-        rows,
-        steps=150,
-        batch_size=16,
-        lr=3e-3,
-        warmup_steps=10,
-        weight_decay=0.0,
-        grad_clip=1.0,
-        dtype="fp32",
-        seed=0,
-        log_path=root / "loss.csv",
-        log_every=50,
-    )
+    settings = {"steps": 150, "batch_size": 16, "lr": 3e-3, "warmup_steps": 10, "weight_decay": 0.0, "grad_clip": 1.0}
+    pretrain(model, rows, {**settings, "log_every": 50}, dtype="fp32", seed=0, log_path=root / "loss.csv")
     save_model(model, tok, root / "ar", {**ar_conventions(tok), "method": "test"})
     dlm = {**ar_conventions(tok), "attention": "block", "shift": False, "block_size": 4, "method": "test"}
     save_model(model, tok, root / "dlm", dlm)

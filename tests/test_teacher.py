@@ -34,20 +34,8 @@ def test_pretraining_lowers_the_loss(smoke_tokenizer, tmp_path):
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), probe[:, 1:].reshape(-1)).item()
 
     before = loss()
-    summary = pretrain(
-        model,
-        rows,
-        steps=40,
-        batch_size=8,
-        lr=3e-3,
-        warmup_steps=5,
-        weight_decay=0.1,
-        grad_clip=1.0,
-        dtype="fp32",
-        seed=0,
-        log_path=tmp_path / "loss.csv",
-        log_every=5,
-    )
+    settings = {"steps": 40, "batch_size": 8, "lr": 3e-3, "warmup_steps": 5, "weight_decay": 0.1, "grad_clip": 1.0}
+    summary = pretrain(model, rows, {**settings, "log_every": 5}, dtype="fp32", seed=0, log_path=tmp_path / "loss.csv")
     assert loss() < before - 1.0
     with open(tmp_path / "loss.csv", newline="") as f:
         logged = list(csv.DictReader(f))  # the loss curve: one row per step, as a conversion's log.jsonl
@@ -115,7 +103,8 @@ def test_pretraining_through_the_shared_loop_gives_the_weights_of_the_teachers_o
     assert len(rows) % 8 and len(rows) // 8 >= 2  # four epochs of two or more batches, each with a left-out tail
     before, after = build_qwen3(ARCH, tok), build_qwen3(ARCH, tok)
     losses = _pretrain_before_the_shared_loop(before, rows, **settings)
-    pretrain(after, rows, **settings, log_path=tmp_path / "loss.csv")
+    training = {k: v for k, v in settings.items() if k not in ("dtype", "seed")}
+    pretrain(after, rows, training, dtype=settings["dtype"], seed=settings["seed"], log_path=tmp_path / "loss.csv")
     with open(tmp_path / "loss.csv", newline="") as f:
         assert [float(r["loss"]) for r in csv.DictReader(f)] == losses
     a, b = before.state_dict(), after.state_dict()

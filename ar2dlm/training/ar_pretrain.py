@@ -32,35 +32,17 @@ def pack_documents(docs: list[dict], tokenizer, seq_len: int, seed: int) -> torc
     return torch.tensor(ids[: n_rows * (seq_len + 1)], dtype=torch.long).view(n_rows, seq_len + 1)
 
 
-def pretrain(
-    model,
-    train_rows: torch.Tensor,
-    *,
-    steps: int,
-    batch_size: int,
-    lr: float,
-    warmup_steps: int,
-    weight_decay: float,
-    grad_clip: float,
-    dtype: str,
-    seed: int,
-    log_path: str | Path,
-    log_every: int = 10,
-) -> dict:
+PRETRAIN_KEYS = ("steps", "batch_size", "lr", "warmup_steps", "weight_decay", "grad_clip")  # and log_every (10)
+
+
+def pretrain(model, train_rows: torch.Tensor, settings: dict, *, dtype: str, seed: int, log_path: str | Path) -> dict:
     """Train ``model`` in place on packed rows through the training loop with the causal-LM
-    objective, on this process's CPU; log every step to ``log_path`` (CSV for a .csv path, else
+    objective, on this process's CPU, with ``settings`` (a model's ``pretrain`` section:
+    ``PRETRAIN_KEYS`` and ``log_every``); log every step to ``log_path`` (CSV for a .csv path, else
     JSON lines); return a summary."""
     torch.manual_seed(seed)
-    training = {
-        "steps": steps,
-        "batch_size": batch_size,
-        "grad_accum": 1,
-        "lr": lr,
-        "warmup_steps": warmup_steps,
-        "weight_decay": weight_decay,
-        "grad_clip": grad_clip,
-        "log_every": log_every,
-    }
+    training = {k: settings[k] for k in PRETRAIN_KEYS} | {"grad_accum": 1, "log_every": settings.get("log_every", 10)}
+    steps, batch_size = training["steps"], training["batch_size"]
     conv = Conventions("causal", True, None, model.config.eos_token_id, model.config.pad_token_id)
     objective = CausalLM({}, conv, seed)
     objective.count_parameters(model, None)

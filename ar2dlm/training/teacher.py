@@ -36,20 +36,7 @@ def pretrain_teacher(model_cfg: dict, tokenizer_dir, corpus_path, out_dir, loss_
     model = build_qwen3(arch, tok)
     rows = pack_documents(read_jsonl(corpus_path), tok, pre["seq_len"], seed)
     dtype = resolve_dtype(pre["dtype"], "cpu")  # pretraining runs on the CPU
-    summary = pretrain(
-        model,
-        rows,
-        steps=pre["steps"],
-        batch_size=pre["batch_size"],
-        lr=pre["lr"],
-        warmup_steps=pre["warmup_steps"],
-        weight_decay=pre["weight_decay"],
-        grad_clip=pre["grad_clip"],
-        dtype=dtype,
-        seed=seed,
-        log_path=loss_log,
-        log_every=pre["log_every"],
-    )
+    summary = pretrain(model, rows, pre, dtype=dtype, seed=seed, log_path=loss_log)
     info = {
         **ar_conventions(tok),
         "method": "ar_pretrain",
