@@ -49,6 +49,7 @@ from pathlib import Path
 
 import torch
 
+from ..core.conventions import Conventions
 from ..core.diffusion import chunked_rows, item_seed
 from ..core.likelihood import dlm_elbo, elbo_terms
 from ..core.models import load_model, save_model
@@ -111,45 +112,37 @@ def scoring_precision(model):
     return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False)
 
 
-def _elbos(model, conv, pairs, n_samples, seed, offset, batch_size):
-    with scoring_precision(model):
-        elbos = dlm_elbo(model, conv, pairs, n_samples=n_samples, seed=seed + offset, batch_size=batch_size)
-    return torch.tensor([r["elbo"] for r in elbos])
+@dataclass(frozen=True)
+class PairScoring:
+    """How a DLM's preference pairs are scored: the ELBO (``core.likelihood.dlm_elbo``) of each
+    response under the DLM's conventions, over ``n_samples`` masked copies (``batch_size`` per
+    forward) drawn from ``seed``, so that every model scored with one ``PairScoring`` sees the same
+    masks; pairs tokenised with ``tok`` and cut to ``max_length`` (:func:`encode_pairs`)."""
+
+    conv: Conventions
+    tok: object
+    n_samples: int
+    seed: int
+    batch_size: int = 32
+    max_length: int | None = None
+
+    def elbos(self, model, pairs, offset: int) -> torch.Tensor:
+        with scoring_precision(model):
+            seed = self.seed + offset
+            scored = dlm_elbo(model, self.conv, pairs, n_samples=self.n_samples, seed=seed, batch_size=self.batch_size)
+        return torch.tensor([r["elbo"] for r in scored])
 
 
-def reference_scores(
-    ref, conv, rows: list[dict], tok, *, n_samples: int, seed: int, batch_size: int = 32, max_length: int | None = None
-) -> tuple:
-    """ELBOs of the chosen and the rejected responses under the reference model (``batch_size``
-    masked copies per forward), on the pairs cut to ``max_length`` (:func:`encode_pairs`)."""
-    wins, loses = encode_pairs(tok, rows, max_length)
-    return (
-        _elbos(ref, conv, wins, n_samples, seed, 0, batch_size),
-        _elbos(ref, conv, loses, n_samples, seed, 1, batch_size),
-    )
+def reference_scores(ref, rows: list[dict], scoring: PairScoring) -> tuple:
+    """ELBOs of the chosen and the rejected responses under the reference model."""
+    wins, loses = encode_pairs(scoring.tok, rows, scoring.max_length)
+    return scoring.elbos(ref, wins, 0), scoring.elbos(ref, loses, 1)
 
 
-def reward_accuracy(
-    model,
-    conv,
-    rows: list[dict],
-    tok,
-    refs: tuple,
-    *,
-    beta: float,
-    n_samples: int,
-    seed: int,
-    batch_size: int = 32,
-    max_length: int | None = None,
-) -> float:
+def reward_accuracy(model, rows: list[dict], refs: tuple, beta: float, scoring: PairScoring) -> float:
     """Share of pairs whose implicit reward margin against the reference (``refs``, from
-    :func:`reference_scores` with the same seed and ``max_length``: the same masks) is positive."""
-    (rw, rl), (mw, ml) = (
-        refs,
-        reference_scores(
-            model, conv, rows, tok, n_samples=n_samples, seed=seed, batch_size=batch_size, max_length=max_length
-        ),
-    )
+    :func:`reference_scores` with the same ``scoring``: the same masks) is positive."""
+    (rw, rl), (mw, ml) = refs, reference_scores(model, rows, scoring)
     return float((beta * (mw - rw) > beta * (ml - rl)).float().mean())
 
 
@@ -394,12 +387,12 @@ def train_dpo(job: DpoJob) -> dict:
         else None
     )
     if conv.is_diffusion:
-        kw = dict(n_samples=cfg["eval_elbo_samples"], seed=seed, max_length=cfg["max_length"])
+        scoring = held_out_scoring(cfg, conv, tok, seed)
         # scored before training, when the policy is still the reference
-        refs = scored_once(work / "reference_scores.pt", lambda: reference_scores(model, conv, eval_rows, tok, **kw))
+        refs = scored_once(work / "reference_scores.pt", lambda: reference_scores(model, eval_rows, scoring))
 
         def score(m):
-            return reward_accuracy(m, conv, eval_rows, tok, refs, beta=cfg["beta"], **kw)
+            return reward_accuracy(m, eval_rows, refs, cfg["beta"], scoring)
 
         before = scored_once(work / "accuracy_before.pt", lambda: score(model))
         trainer = make_trainer(model, ref, tok, conv, job, str(work))
@@ -485,17 +478,19 @@ def sharded_dpo_run(cfg: dict, conventions: dict, launch: dict) -> dict:
     )
 
 
-def pair_reward_accuracy(model, ref, tok, conv, rows: list[dict], cfg: dict, seed: int) -> float:
+def held_out_scoring(cfg: dict, conv: Conventions, tok, seed: int) -> PairScoring:
+    """How a DPO section (``cfg``) scores its held-out pairs: ``eval_elbo_samples`` masks, ``max_length``."""
+    return PairScoring(conv, tok, cfg["eval_elbo_samples"], seed, max_length=cfg["max_length"])
+
+
+def pair_reward_accuracy(model, ref, rows: list[dict], cfg: dict, scoring: PairScoring) -> float:
     """Share of held-out pairs whose implicit reward margin (policy against reference) is positive:
-    causal log-likelihoods, or ELBOs on ``eval_elbo_samples`` masks shared by both models."""
+    causal log-likelihoods, or ELBOs on the masks ``scoring`` shares between both models."""
     from ..core.likelihood import ar_loglikelihood
 
-    if conv.is_diffusion:
-        n = cfg["eval_elbo_samples"]
-        refs = reference_scores(ref, conv, rows, tok, n_samples=n, seed=seed, max_length=cfg["max_length"])
-        return reward_accuracy(
-            model, conv, rows, tok, refs, beta=cfg["beta"], n_samples=n, seed=seed, max_length=cfg["max_length"]
-        )
+    if scoring.conv.is_diffusion:
+        return reward_accuracy(model, rows, reference_scores(ref, rows, scoring), cfg["beta"], scoring)
+    tok = scoring.tok
     wins, loses = encode_pairs(tok, rows, cfg["max_length"])
 
     def score(m, pairs):
@@ -541,7 +536,8 @@ def train_dpo_sharded(job: DpoJob) -> dict | None:
     final = checkpoint_dir(work, cfg["steps"])
     model, tok, conv, _ = load_model(final)
     ref = load_model(model_dir).model.eval()
-    before, after = (pair_reward_accuracy(m, ref, tok, conv, job.eval_rows, cfg, seed) for m in (ref, model))
+    scoring = held_out_scoring(cfg, conv, tok, seed)
+    before, after = (pair_reward_accuracy(m, ref, job.eval_rows, cfg, scoring) for m in (ref, model))
     provenance = dpo_provenance(job, conv, before, after)
     provenance |= {"eval_loss": None, "sharded": {"processes": world, "trainer": info}}
     provenance |= {"wall_seconds": round(time.time() - t0, 1), "log": read_jsonl(work / "log.jsonl")}

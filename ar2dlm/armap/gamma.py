@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .dpo import reference_scores, reward_accuracy, scorable
+from .dpo import PairScoring, reference_scores, reward_accuracy, scorable
 from .merge import stream_merge
 
 
@@ -68,17 +68,14 @@ def gamma_search(model, conv, tok, weights: tuple, rows: list[dict], search: Gam
         return stream_merge(model, dlm, tuned, pre, gamma, search.merge, search.options, search.seed)
 
     halves = {"search": rows[0::2], "test": rows[1::2]}
-    kw = dict(n_samples=search.n_samples, seed=search.seed, batch_size=search.batch_size, max_length=search.max_length)
+    scoring = PairScoring(conv, tok, search.n_samples, search.seed, search.batch_size, search.max_length)
     set_gamma(0)
-    refs = {name: reference_scores(model, conv, part, tok, **kw) for name, part in halves.items()}
+    refs = {name: reference_scores(model, part, scoring) for name, part in halves.items()}
     curve = []
     for gamma in search.grid:
         t0 = time.time()
         set_gamma(gamma)
-        acc = {
-            name: reward_accuracy(model, conv, part, tok, refs[name], beta=search.beta, **kw)
-            for name, part in halves.items()
-        }
+        acc = {name: reward_accuracy(model, part, refs[name], search.beta, scoring) for name, part in halves.items()}
         curve.append(
             {
                 "gamma": gamma,
