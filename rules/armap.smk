@@ -1,6 +1,7 @@
 # AR-MAP stage: DPO on the AR teacher (TRL), the preference and diffusion task vectors' spectra,
 # the reward-guided gamma search per domain and merge, and the baselines trained directly on the DLM
-# (DPO with VRPO's estimator; SimPO where armap.dlm_simpo is configured). The models
+# (DPO with VRPO's estimator; plain DLM DPO and SimPO where armap.dlm_plain_dpo and armap.dlm_simpo
+# are configured). The models
 # it writes carry their conventions JSON and go through the evaluation rules like any other.
 
 

@@ -237,10 +237,40 @@ def test_dlm_preference_baselines_learn_their_training_pairs(models, tmp_path, e
     assert losses[-1] < losses[0]
     trainer = made[0]
     assert trainer.antithetic == extra.get("antithetic", False)
+    _assert_masks(trainer, shared=True)
     if "gamma" in extra:
         assert type(trainer).__name__ == "DLMSimPOTrainer" and trainer.loss_type == "simpo"
         assert trainer.simpo_gamma == 0.5 and trainer.cpo_alpha == 0 and not hasattr(trainer, "ref_model")
     assert load_model(tmp_path / "out").info["method"] == f"dlm_{extra.get('objective', 'dpo')}"
+
+
+def _assert_masks(trainer, shared: bool) -> None:
+    """Whether the reference (scored without gradients, as TRL does) draws the policy's masks."""
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        reference = trainer._mask_seed(ids)
+    assert (trainer._mask_seed(ids) == reference) == shared
+
+
+def test_plain_dlm_dpo_draws_the_references_masks_apart_from_the_policys(models, tmp_path):
+    """Plain DLM DPO, the estimator VRPO improves on: the same trainer, the reference's masks drawn
+    from another seed than the policy's (how well it learns beside VRPO is measured in the tiny_full
+    grid, not here)."""
+    from ar2dlm.armap import dpo
+
+    rows = _pairs(16)
+    cfg = {"beta": 0.5, "steps": 4, "lr": 3e-3, "batch_size": 8, "max_length": 128, "elbo_samples": 2}
+    cfg |= {"eval_elbo_samples": 2, "objective": "plain_dpo"}
+    made = []
+    make = dpo.make_trainer
+    with mock.patch.object(dpo, "make_trainer", lambda *a, **k: made.append(make(*a, **k)) or made[-1]):
+        info = dpo.train_dpo(dpo.DpoJob(models / "dlm", rows, rows, tmp_path / "out", cfg, seed=0, domains=["math"]))
+    (trainer,) = made
+    assert type(trainer).__name__ == "DLMDPOTrainer" and trainer.ref_model is not None  # a frozen reference copy
+    _assert_masks(trainer, shared=False)
+    assert info["reward_accuracy_before"] == 0.0 and load_model(tmp_path / "out").info["method"] == "dlm_plain_dpo"
+    trained, base = FolderWeights(tmp_path / "out"), FolderWeights(models / "dlm")
+    assert any(not torch.equal(trained[n], base[n]) for n in base.names())
 
 
 @pytest.mark.parametrize("merge,options", [("task_arithmetic", {}), ("ties", {"density": 0.2}), ("dare", {"p": 0.5})])

@@ -614,8 +614,8 @@ def test_run_seeds_merge_seeds_and_dlm_dpo_seeds_narrow_the_jobs():
     assert {s for r, s, g in search if g == "task_arithmetic" and r == "combined"} == set(range(6))
     assert {s for _, s, g in search if g in ("ties", "dare")} == {0}
     direct = {(j.run, j.seed, j.objective) for j in jobs.direct}
-    assert direct == {(r, s, o) for r in ("mdlm", "combined") for s in (0, 1, 2) for o in ("dpo", "simpo")}
-    for o in ("dpo", "simpo"):  # each baseline evaluated on the same seeds
+    assert direct == {(r, s, o) for r in ("mdlm", "combined") for s in (0, 1, 2) for o in ("dpo", "plain_dpo", "simpo")}
+    for o in ("dpo", "plain_dpo", "simpo"):  # each baseline evaluated on the same seeds
         evals = {(e.run, e.seed) for e in jobs.evals if getattr(e, "name", "").startswith(f"dlm_{o}_")}
         assert evals == {(r, s) for r in ("mdlm", "combined") for s in (0, 1, 2)}
     assert not any("/seed4/" in p and "dlm_dpo" in p for p in armap_report_inputs(resolved))

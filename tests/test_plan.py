@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ar2dlm.pipeline.config import merge_preset
+from ar2dlm.pipeline.config import ConfigError, merge_preset
 from ar2dlm.pipeline.resolved import resolve
 from ar2dlm.plan.__main__ import main
 from ar2dlm.plan.armap import STOP_FRACTION, dpo_step_flops, over_runtime, segmented
@@ -321,6 +321,22 @@ def test_every_armap_job_of_the_paper_fits_its_runtime_dpo_in_resumable_segments
     assert len(lines) == 2 and lines[1].startswith("gamma_search/qwen3_8b: takes") and "runtime of 1 h" in lines[1]
 
 
+def test_each_direct_baseline_is_planned_and_needs_its_runtime():
+    """Plain DLM DPO, like every direct baseline configured, is planned as VRPO's DPO is (a policy and its
+    reference on the DLM's rows); a cluster that gives it no runtime is refused by key."""
+    from ar2dlm.pipeline.checks import check_config
+
+    config = paper()
+    config["armap"]["dlm_plain_dpo"] = config["armap"]["dlm_dpo"]
+    with pytest.raises(ConfigError, match=r"'cluster\.armap_runtime_hours\.dlm_plain_dpo'.*need a runtime"):
+        check_config(config)
+    config["cluster"]["armap_runtime_hours"]["dlm_plain_dpo"] = config["cluster"]["armap_runtime_hours"]["dlm_dpo"]
+    jobs = {j.job: j for j in plan_one_gpu_jobs(check_config(config))}
+    for model in ("qwen3_4b", "qwen3_8b"):
+        plain, vrpo = jobs[f"dlm_plain_dpo/{model}"], jobs[f"dlm_dpo/{model}"]
+        assert plain.parts == vrpo.parts and plain.time == vrpo.time
+
+
 def test_the_cli_fails_when_an_armap_job_overruns(tmp_path, capsys):
     config = yaml.safe_load(PAPER.read_text())
     config["cluster"]["armap_runtime_hours"]["gamma_search"] = 1
@@ -400,7 +416,7 @@ def test_the_planner_refuses_a_config_the_dag_build_refuses(tmp_path):
 TRACE = """
 import json, sys
 from dataclasses import asdict
-from ar2dlm.pipeline.config import merge_preset
+from ar2dlm.pipeline.config import ConfigError, merge_preset
 from ar2dlm.pipeline.resolved import resolve
 from ar2dlm.plan.trace import trace_job
 config = merge_preset(

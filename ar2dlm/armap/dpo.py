@@ -10,7 +10,8 @@ score each sequence under the same masks. That is VRPO's estimator (LLaDA 1.5): 
 times and masks are shared by policy and reference (its antithetic sampling: the mask noise cancels
 in the log-ratio); with ``antithetic`` each mask is drawn with its complement (time t and 1 - t),
 VRPO's antithetic pair; VRPO's budget is 8 draws. TRL's DPO loss, optimizer, schedule and metrics
-are used as they are.
+are used as they are. Plain DLM DPO (``objective: plain_dpo``, the ``dlm_plain_dpo`` section), the
+estimator VRPO improves on, draws the reference's masks independently of the policy's.
 
 AR-MAP's other DLM baseline, SimPO (``objective: simpo``, the ``dlm_simpo`` section), runs TRL's CPO
 trainer with its SimPO loss, ``DLMSimPOTrainer`` replacing only the sequence score by the ELBO
@@ -277,12 +278,14 @@ def make_trainer(model, ref, tok, conv, job: DpoJob, output_dir: str):
     elbo = dict(conventions=conv, elbo_samples=cfg["elbo_samples"], antithetic=cfg.get("antithetic", False))
     if objective(cfg) == "simpo":
         return _dlm_simpo_trainer_class()(model=model, args=simpo_args(cfg, seed, output_dir), **data, **elbo)
+    elbo["shared_masks"] = objective(cfg) == "dpo"
     return _dlm_trainer_class()(model=model, ref_model=ref, args=dpo_args(cfg, seed, output_dir), **data, **elbo)
 
 
 def objective(cfg: dict) -> str:
-    """The preference objective of a DPO section: ``dpo`` (the teacher's, and VRPO's on a DLM) or
-    ``simpo`` (the ``dlm_simpo`` baseline); the rule writes it into the settings."""
+    """The preference objective of a DPO section: ``dpo`` (the teacher's, and VRPO's on a DLM),
+    ``plain_dpo`` (DLM DPO with the reference's masks drawn apart from the policy's) or ``simpo``
+    (the ``dlm_simpo`` baseline); the rule writes it into the settings."""
     return cfg.get("objective", "dpo")
 
 
@@ -290,15 +293,19 @@ class _ElboScoring:
     """Sequence log-likelihoods of a DLM inside a TRL trainer: the core ELBO's per-token terms on
     ``elbo_samples`` masks (each with its complement when ``antithetic``), drawn from a generator
     seeded by the training step and the sequences themselves, so a policy and its reference score
-    the same batch under the same masks."""
+    the same batch under the same masks; with ``shared_masks`` False (plain DLM DPO) the reference,
+    which TRL scores without gradients, draws its masks from another seed than the policy."""
 
-    def __init__(self, *args, conventions, elbo_samples: int, antithetic: bool = False, **kwargs):
+    def __init__(self, *args, conventions, elbo_samples: int, antithetic: bool = False, shared_masks=True, **kwargs):
         super().__init__(*args, **kwargs)  # the TRL trainer's
         self.conv, self.elbo_samples, self.antithetic = conventions, elbo_samples, antithetic
+        self.shared_masks = shared_masks
 
     def _mask_seed(self, input_ids) -> int:
         content = zlib.crc32(input_ids.detach().cpu().numpy().tobytes())
-        return item_seed(self.args.seed, self.state.global_step) * 4_294_967_311 + content
+        seed = item_seed(self.args.seed, self.state.global_step) * 4_294_967_311 + content
+        # a forward without gradients is the reference's (TRL's compute_ref_log_probs) or an evaluation's
+        return seed if self.shared_masks or torch.is_grad_enabled() else seed + 1
 
     def _elbo(self, model, ids, valid, labels):
         """The ELBO terms of right-padded prompt + completion rows (``labels`` -100 outside the
@@ -383,7 +390,7 @@ def train_dpo(job: DpoJob) -> dict:
     # model) or a frozen copy (full DPO of a DLM); SimPO has none
     ref = (
         load_model(model_dir, dtype=torch.float32).model.eval().requires_grad_(False)
-        if conv.is_diffusion and not lora and objective(cfg) == "dpo"
+        if conv.is_diffusion and not lora and objective(cfg) != "simpo"
         else None
     )
     if conv.is_diffusion:

@@ -480,8 +480,9 @@ def check_armap(resolved: Resolved) -> None:
             f"{sorted(set(a['dlm_dpo_seeds']) - set(a['seeds']))} not in armap.seeds {a['seeds']}",
         )
     runtimes = config.get("cluster", {}).get("armap_runtime_hours")  # planned: a runtime for each AR-MAP job kind
-    if "dlm_simpo" in a and runtimes is not None and "dlm_simpo" not in runtimes:
-        raise ConfigError("cluster.armap_runtime_hours.dlm_simpo", "missing: armap.dlm_simpo's jobs need a runtime")
+    for part in (f"dlm_{o}" for o in direct_objectives(a)):
+        if runtimes is not None and part not in runtimes:
+            raise ConfigError(f"cluster.armap_runtime_hours.{part}", f"missing: armap.{part}'s jobs need a runtime")
     parts = ("dpo", *(f"dlm_{o}" for o in direct_objectives(a)))
     for part in parts:
         if a[part]["batch_size"] % a[part].get("grad_accum", 1):

@@ -161,12 +161,13 @@ def dlm_dpo_seeds(a: dict) -> list[int]:
     return a.get("dlm_dpo_seeds", a["seeds"])
 
 
-DIRECT_OBJECTIVES = ("dpo", "simpo")  # armap.dlm_<objective>: AR-MAP's baselines on the DLM
+DIRECT_OBJECTIVES = ("dpo", "plain_dpo", "simpo")  # armap.dlm_<objective>: AR-MAP's baselines on the DLM
 
 
 def direct_objectives(a: dict) -> list[str]:
-    """The baselines trained directly on the DLM: DPO with VRPO's estimator (``armap.dlm_dpo``),
-    and SimPO where ``armap.dlm_simpo`` is configured."""
+    """The baselines trained directly on the DLM: DPO with VRPO's estimator (``armap.dlm_dpo``), and
+    where configured plain DLM DPO (``armap.dlm_plain_dpo``: independent masks for policy and
+    reference) and SimPO (``armap.dlm_simpo``)."""
     return [o for o in DIRECT_OBJECTIVES if f"dlm_{o}" in a]
 
 

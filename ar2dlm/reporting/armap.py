@@ -14,7 +14,11 @@ from .figures import pyplot, save
 from .tables import machine_note, mean_sd
 
 # the rows of AR-MAP's baselines trained directly on the DLM (armap.dlm_<objective>)
-DIRECT_LABELS = {"dpo": "DLM DPO (direct, VRPO's estimator)", "simpo": "DLM SimPO (direct)"}
+DIRECT_LABELS = {
+    "dpo": "DLM DPO (direct, VRPO's estimator)",
+    "plain_dpo": "DLM DPO (direct, plain ELBO estimator)",
+    "simpo": "DLM SimPO (direct)",
+}
 
 
 def armap_report_inputs(resolved: Resolved) -> list[str]:
