@@ -70,13 +70,13 @@ def _rollout_at_its_largest(prompt_len: int, after_forward):
 
     def rollout(model, conv, prompts, length, threshold, generators, row_seeds, temperature=1.0, counts=None):
         from ..core.diffusion import NoisedBatch
-        from ..core.sampling import CACHE_KW, _DynamicDecode
+        from ..core.sampling import CACHE_KW, Decoding, _DynamicDecode
         from ..training.sharding import gathered
 
         rows, block = len(prompts), conv.block_size
         model.eval()  # as the sampler decodes: transformers keeps no KV cache in training mode under checkpointing
         with gathered(model), torch.no_grad():
-            d = _DynamicDecode(model, conv, [[0] * prompt_len] * rows, length, block, True, 0, None, None)
+            d = _DynamicDecode(model, conv, [[0] * prompt_len] * rows, Decoding(length, block), None, None)
             after_forward()
             last = d.P + length - block
             model(
