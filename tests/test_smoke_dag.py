@@ -113,7 +113,7 @@ def test_armap_outputs(smoke_run):
         assert dpo["method"] == "ar_dpo" and 0 <= dpo["reward_accuracy"] <= 1
     merged = json.loads((results / "models/tiny/mdlm/seed0/armap/code_task_arithmetic/ar2dlm.json").read_text())
     assert merged["attention"] == "bidirectional" and merged["gamma"] in (0, 1, 2)
-    for objective in ("dpo", "simpo"):  # AR-MAP's two baselines trained on the DLM, evaluated like it
+    for objective in ("dpo", "plain_dpo", "simpo"):  # AR-MAP's baselines trained on the DLM, evaluated like it
         direct = json.loads((results / f"models/tiny/mdlm/seed0/dlm_{objective}/code/ar2dlm.json").read_text())
         assert direct["method"] == f"dlm_{objective}" and direct["dpo"]["objective"] == objective
         assert (results / f"eval/synthetic_code/tiny/mdlm/seed0/dlm_{objective}_code.json").is_file()
