@@ -34,16 +34,18 @@ class Benchmark:
     def settings(self) -> dict:
         return copy.deepcopy(self._settings)
 
-    @property
+    @cached_property
     def headline_metric(self) -> str:
-        """Its headline metric (a harness task's own first metric, else its kind's first)."""
+        """Its headline metric (a harness task's own first metric, read from its task file once, else its
+        kind's first)."""
         return self.kind.headline_metric(self._settings)
 
     def headline_value(self, result: dict) -> float:
         """An evaluation's headline metric: its best decoding setting's, for kinds with a row per setting."""
+        metric = self.headline_metric
         if self.kind.rows:
-            return max(r[self.headline_metric] for r in result["rows"])
-        return result["metrics"][self.headline_metric]
+            return max(r[metric] for r in result["rows"])
+        return result["metrics"][metric]
 
 
 class StudyMember(NamedTuple):
