@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from ar2dlm.core.models import build_qwen3, save_model
-from ar2dlm.methods.distillation import on_policy_state, teacher_targets
+from ar2dlm.methods.distillation import on_policy_state, rollout_decoding, teacher_targets
 from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.pipeline.resolved import resolve
 from ar2dlm.provenance import write_jsonl
@@ -188,10 +188,8 @@ def test_opd_targets_come_from_the_teacher_on_x0(setup):
     conv = run_conventions(run, tok)
     prompts = [tok("def f(x):\n")["input_ids"], tok("Question: What is 2 + 3?\nAnswer:")["input_ids"]]
 
-    def picks():
-        return [torch.Generator().manual_seed(i) for i in range(len(prompts))]
-
-    batch = on_policy_state(student, conv, prompts, 8, 0.9, picks(), row_seeds=[0, 2])
+    decoding = rollout_decoding(run["distill"] | {"threshold": 0.9}, 8, conv)
+    batch, _ = on_policy_state(student, conv, prompts, decoding, row_seeds=[0, 1])
     # the noisy state agrees with x0 wherever it is not masked, and each block keeps some masks
     keep = ~batch.masked & (batch.noisy != conv.mask_token_id)
     assert torch.equal(batch.noisy[keep], batch.clean[keep]) and batch.masked.any()
@@ -203,7 +201,7 @@ def test_opd_targets_come_from_the_teacher_on_x0(setup):
             assert not batch.masked[row, first:].any()
     # a student that ends every rollout at once leaves nothing to distil
     ends = EndsAtOnce(student, conv.eos_token_id)
-    assert not on_policy_state(ends, conv, prompts, 8, 0.9, picks(), row_seeds=[0, 2]).masked.any()
+    assert not on_policy_state(ends, conv, prompts, decoding, row_seeds=[0, 1])[0].masked.any()
     targets, _ = teacher_targets(teacher, batch, batch.masked)  # projected at the masked positions only
     assert len(targets) == int(batch.masked.sum())
     for (row, i), target in zip(batch.masked.nonzero().tolist(), targets):

@@ -14,6 +14,7 @@ import torch
 from ..core.attention import position_ids
 from ..core.conventions import Conventions, block_misfit
 from ..core.diffusion import NoisedBatch, chunked_rows, forward_aligned, item_seed, logits_at, noise
+from ..core.sampling import Decoding, Trajectory, generate_dlm
 from ..data.corpus import PROMPT_SOURCES, select_documents
 from ..training.sharding import gathered
 from .spec import ComposedObjective, StepOutputs, Term
@@ -127,41 +128,38 @@ def rollout_length(distill: dict, step: int, block_size: int) -> int:
     return max(block_size, int(length) // block_size * block_size)
 
 
+def rollout_decoding(distill: dict, length: int, conv: Conventions) -> Decoding:
+    """How an on-policy rollout decodes: the run's threshold and sampling temperature, whole
+    rollouts (no stop at end-of-text), the block cache where the attention is blockwise."""
+    from ..core.sampling import Decoding
+
+    return Decoding(
+        length,
+        conv.block_size,
+        threshold=distill["threshold"],
+        use_cache=conv.attention == "block",
+        temperature=distill["temperature"],
+        stop_at_eos=False,
+    )
+
+
 def on_policy_state(
-    model,
-    conv: Conventions,
-    prompts: list[list[int]],
-    length: int,
-    threshold: float,
-    generators: list[torch.Generator],
-    row_seeds: list[int],
-    temperature: float = 1.0,
-    counts: dict | None = None,
-) -> NoisedBatch:
-    """Decode with the student's own sampler (each row sampled from its own seed at
-    ``temperature``), then take one partially decoded state per block from the trajectory
-    (uniformly among the steps where that row still had masks, drawn from the row's own generator:
+    model, conv: Conventions, prompts: list[list[int]], decoding: Decoding, row_seeds: list[int]
+) -> tuple[NoisedBatch, int]:
+    """Decode with the student's own sampler (row i sampled from seed ``2 * row_seeds[i]``), then
+    take one partially decoded state per block from the trajectory (uniformly among the steps where
+    that row still had masks, drawn from the row's own generator, seeded ``2 * row_seeds[i] + 1``:
     ``block_size`` draws per block, one per possible step, so a row's pick does not depend on the
     other rows). The clean tokens are the trajectory's own final output x0. The loss positions are
     the masked ones before the row's first end-of-text, which is excluded as in divelab/OPDLM: past
-    it the teacher would be conditioned on what a stopped rollout never writes."""
-    from ..core.sampling import Decoding, Trajectory, generate_dlm
-
+    it the teacher would be conditioned on what a stopped rollout never writes. Returns the state and
+    the tokens the rollout's forwards read."""
     traj = Trajectory()
     was_training = model.training
     with gathered(model):  # a sharded student decodes its own prompts without collectives
-        decoding = Decoding(
-            length,
-            conv.block_size,
-            threshold=threshold,
-            use_cache=conv.attention == "block",
-            temperature=temperature,
-            stop_at_eos=False,
-        )
-        generate_dlm(model, conv, prompts, decoding, row_seeds=row_seeds, trajectory=traj)
+        generate_dlm(model, conv, prompts, decoding, row_seeds=[r * 2 for r in row_seeds], trajectory=traj)
     model.train(was_training)
-    if counts is not None:
-        counts["forward_tokens"] = traj.forward_tokens
+    generators = [torch.Generator().manual_seed(r * 2 + 1) for r in row_seeds]
     x0, noisy = traj.canvas, traj.canvas.clone()
     by_block: dict[int, list[torch.Tensor]] = {}
     for start, state in traj.states:
@@ -177,7 +175,7 @@ def on_policy_state(
     elig = response & ~ended
     masked = (noisy == conv.mask_token_id) & elig
     zeros = torch.zeros(x0.shape, dtype=torch.float32, device=x0.device)
-    return NoisedBatch(x0, noisy, masked, zeros, elig, traj.valid, traj.prompt_lens, zeros)
+    return NoisedBatch(x0, noisy, masked, zeros, elig, traj.valid, traj.prompt_lens, zeros), traj.forward_tokens
 
 
 def whole_batch_count(local: torch.Tensor, world: int) -> torch.Tensor | None:
@@ -221,20 +219,10 @@ class Distillation(ComposedObjective):
         if d["on_policy"]:
             ids, _, plens = mb.local()
             prompts = [ids[i, : int(plens[i])].tolist() for i in range(len(ids))]
-            # per row, from its run-wide sample index: the tokens it samples (even seeds) and its states (odd)
-            row = [item_seed(self.seed, i) for i in mb.sample_ids()]
-            picks = [torch.Generator().manual_seed(r * 2 + 1) for r in row]
-            counts = {}
-            batch = self.rollout_state(
-                model,
-                conv,
-                prompts,
-                length,
-                d["threshold"],
-                picks,
-                row_seeds=[r * 2 for r in row],
-                temperature=d["temperature"],
-                counts=counts,
+            # per row, from its run-wide sample index (the tokens it samples and the states it keeps)
+            row_seeds = [item_seed(self.seed, i) for i in mb.sample_ids()]
+            batch, rollout_tokens = self.rollout_state(
+                model, conv, prompts, rollout_decoding(d, length, conv), row_seeds
             )
             masked = whole_batch_count(batch.masked, mb.world)
 
@@ -263,7 +251,7 @@ class Distillation(ComposedObjective):
         terms = {"distill": distill * mb.world}
         terms |= self.added_terms(StepOutputs(batch, out, lambda: t_out, whole_count), mb.world)
         tokens = batch.valid.sum()
-        self._count(tokens, tokens, counts["forward_tokens"] if d["on_policy"] else 0)
+        self._count(tokens, tokens, rollout_tokens if d["on_policy"] else 0)
         return terms
 
     def trained_tokens(self, mb, step) -> int:

@@ -68,12 +68,12 @@ def _rollout_at_its_largest(prompt_len: int, after_forward):
     state the training step reads: the prompt and the whole rollout, every response token eligible.
     ``after_forward()`` runs after each of its forwards."""
 
-    def rollout(model, conv, prompts, length, threshold, generators, row_seeds, temperature=1.0, counts=None):
+    def rollout(model, conv, prompts, decoding, row_seeds):
         from ..core.diffusion import NoisedBatch
         from ..core.sampling import CACHE_KW, Decoding, _DynamicDecode
         from ..training.sharding import gathered
 
-        rows, block = len(prompts), conv.block_size
+        rows, block, length = len(prompts), conv.block_size, decoding.max_new_tokens
         model.eval()  # as the sampler decodes: transformers keeps no KV cache in training mode under checkpointing
         with gathered(model), torch.no_grad():
             d = _DynamicDecode(model, conv, [[0] * prompt_len] * rows, Decoding(length, block), None, None)
@@ -91,14 +91,13 @@ def _rollout_at_its_largest(prompt_len: int, after_forward):
             d.block_logits(last, last + block)
             after_forward()
         model.train()
-        if counts is not None:
-            counts["forward_tokens"] = rows * (prompt_len + length)
         width = prompt_len + length
         ids = torch.zeros(rows, width, dtype=torch.long)
         response = torch.ones(rows, width, dtype=torch.bool)
         plens = torch.full((rows,), prompt_len)
         zeros = torch.zeros(rows, width)
-        return NoisedBatch(ids, ids.clone(), response, zeros, response, torch.ones_like(ids), plens, zeros)
+        batch = NoisedBatch(ids, ids.clone(), response, zeros, response, torch.ones_like(ids), plens, zeros)
+        return batch, rows * width
 
     return rollout
 
