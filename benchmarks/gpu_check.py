@@ -889,7 +889,8 @@ def check_lora_step(ctx: Context, check: str, out: Path, base: Path) -> None:
 
 def gamma_stage(ctx: Context) -> None:
     """One gamma of AR-MAP's search: the DPO'd teacher's vector merged into the mdlm DLM."""
-    from ar2dlm.armap.pipeline import search
+    from ar2dlm.armap.gamma import GammaSearch
+    from ar2dlm.armap.pipeline import ArmapFolders, search
     from ar2dlm.core.models import final_checkpoint
     from ar2dlm.provenance import read_jsonl
 
@@ -905,15 +906,11 @@ def gamma_stage(ctx: Context) -> None:
     }
     out = ctx.work / "gamma"
     result = search(
-        teacher,
-        dpo,
-        dlm,
+        ArmapFolders(teacher, dpo, dlm),
         read_jsonl(ctx.work / "prefs_eval.jsonl"),
-        cfg,
-        "task_arithmetic",
+        GammaSearch.from_config(cfg, "task_arithmetic", 0),
         out / "curve.json",
         out / "model",
-        seed=0,
     )
     merged = ctx.perturb("gamma_point", weights(out / "model"))
     base, tuned, pre = weights(dlm), weights(dpo), weights(teacher)

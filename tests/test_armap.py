@@ -5,7 +5,7 @@ from unittest import mock
 import pytest
 import torch
 
-from ar2dlm.armap.merge import stream_merge
+from ar2dlm.armap.merge import Merge, stream_merge
 from ar2dlm.armap.spectra import matrix_stats, streamed_spectra
 from ar2dlm.core.models import CheckpointError, FolderWeights, build_qwen3, load_model, save_model
 from ar2dlm.training.teacher import ar_conventions
@@ -112,7 +112,8 @@ def _pairs(n):
 
 
 def test_gamma_search_uses_common_random_numbers_and_writes_a_decodable_dlm(models, tmp_path):
-    from ar2dlm.armap.pipeline import search
+    from ar2dlm.armap.gamma import GammaSearch
+    from ar2dlm.armap.pipeline import ArmapFolders, search
     from ar2dlm.core.engine import generate
     from ar2dlm.core.sampling import Decoding
     from ar2dlm.provenance import read_json
@@ -120,26 +121,18 @@ def test_gamma_search_uses_common_random_numbers_and_writes_a_decodable_dlm(mode
     cfg = {"grid": [0, 1, 3], "beta": 0.1, "elbo_samples": 2, "batch_size": 32, "merges": {"task_arithmetic": {}}}
     rows = _pairs(12)
     a = search(
-        models / "ar",
-        models / "dpo",
-        models / "dlm",
+        ArmapFolders(models / "ar", models / "dpo", models / "dlm"),
         rows,
-        cfg,
-        "task_arithmetic",
+        GammaSearch.from_config(cfg, "task_arithmetic", 0),
         tmp_path / "a.json",
         tmp_path / "merged",
-        seed=0,
     )
     b = search(
-        models / "ar",
-        models / "dpo",
-        models / "dlm",
+        ArmapFolders(models / "ar", models / "dpo", models / "dlm"),
         rows,
-        cfg,
-        "task_arithmetic",
+        GammaSearch.from_config(cfg, "task_arithmetic", 0),
         tmp_path / "b.json",
         tmp_path / "merged_b",
-        seed=0,
     )
     # gamma 0 is the reference itself: with shared masks every margin is exactly zero
     assert a["curve"][0]["reward_accuracy"] == 0.0
@@ -281,10 +274,10 @@ def test_streamed_merge_equals_the_state_dict_merge(models, merge, options):
     tau = {n: dpo[n].float() - ar[n].float() for n in ar.names()}
     expected = add_scaled({n: dlm[n] for n in dlm.names()}, merged_vector(tau, merge, options, seed=3), 2.0)
     model = load_model(models / "dlm", device="cpu").model
-    stream_merge(model, dlm, dpo, ar, 2.0, merge, options, seed=3)
+    stream_merge(model, (dlm, dpo, ar), 2.0, Merge(merge, options, seed=3))
     state = model.state_dict()
     assert all(torch.allclose(state[n], expected[n], atol=1e-6) for n in expected)
-    stream_merge(model, dlm, dpo, ar, 0.0, merge, options, seed=3)
+    stream_merge(model, (dlm, dpo, ar), 0.0, Merge(merge, options, seed=3))
     assert all(torch.equal(state[n], dlm[n]) for n in dlm.names())  # gamma 0: the DLM itself
 
 

@@ -1,4 +1,5 @@
-from ar2dlm.armap.pipeline import preference_rows, search
+from ar2dlm.armap.gamma import GammaSearch
+from ar2dlm.armap.pipeline import ArmapFolders, preference_rows, search
 from ar2dlm.core.models import final_checkpoint
 from ar2dlm.provenance import log_to
 
@@ -7,13 +8,9 @@ inp, out, wc, p = snakemake.input, snakemake.output, snakemake.wildcards, snakem
 dlm = final_checkpoint(inp.manifest)
 cfg = {**p.cfg["gamma"], "merges": p.cfg["merges"], "max_length": p.cfg["max_length"]}
 search(
-    inp.teacher,
-    inp.dpo,
-    dlm,
+    ArmapFolders(inp.teacher, inp.dpo, dlm),
     preference_rows(inp.eval, cfg["eval_pairs"]),
-    cfg,
-    wc.merge,
+    GammaSearch.from_config(cfg, wc.merge, int(wc.seed)),
     out.curve,
     out.model,
-    seed=int(wc.seed),
 )

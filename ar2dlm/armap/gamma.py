@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from .dpo import PairScoring, reference_scores, reward_accuracy, scorable
-from .merge import stream_merge
+from .merge import Merge, stream_merge
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,10 @@ def gamma_search(model, conv, tok, weights: tuple, rows: list[dict], search: Gam
     merge ``dlm + gamma * merged(tuned - pre)`` from the folders' weights (``weights``: the DLM's, the
     DPO'd teacher's and the teacher's ``FolderWeights``), one tensor at a time, and ends at gamma_hat.
     Pairs are cut to ``max_length`` as DPO cut them."""
-    dlm, tuned, pre = weights
+    merge = Merge(search.merge, search.options, search.seed)
 
     def set_gamma(gamma):
-        return stream_merge(model, dlm, tuned, pre, gamma, search.merge, search.options, search.seed)
+        return stream_merge(model, weights, gamma, merge)
 
     halves = {"search": rows[0::2], "test": rows[1::2]}
     scoring = PairScoring(conv, tok, search.n_samples, search.seed, search.batch_size, search.max_length)

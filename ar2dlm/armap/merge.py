@@ -12,7 +12,7 @@ is the input. Every merge keeps the base's dtype; arithmetic runs in float32.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -75,12 +75,22 @@ def _merge(merge: str) -> Merge:
 
 
 @torch.no_grad()
-def stream_merge(model, base, tuned, pre, gamma: float, merge: str, options: dict, seed: int = 0) -> None:
+@dataclass(frozen=True)
+class Merge:
+    """A merge method (a key of MERGES), its options, and the seed of its random drops (DARE)."""
+
+    method: str
+    options: dict = field(default_factory=dict)
+    seed: int = 0
+
+
+def stream_merge(model, weights: tuple, gamma: float, merge: Merge) -> None:
     """Set ``model``'s weights to ``base + gamma * merged(tuned - pre)``, one tensor at a time, where
-    ``base``, ``tuned`` and ``pre`` are :class:`~ar2dlm.core.models.FolderWeights` (AR-MAP: the DLM,
-    the DPO'd teacher, the teacher). The arithmetic runs in float32 on the model's device; the
-    same seed gives the same DARE draws at every gamma."""
-    m, gen = _merge(merge), torch.Generator().manual_seed(seed)
+    ``weights`` = (``base``, ``tuned``, ``pre``) are :class:`~ar2dlm.core.models.FolderWeights`
+    (AR-MAP: the DLM, the DPO'd teacher, the teacher). The arithmetic runs in float32 on the model's
+    device; the same seed gives the same DARE draws at every gamma."""
+    base, tuned, pre = weights
+    m, options, gen = _merge(merge.method), merge.options, torch.Generator().manual_seed(merge.seed)
     params = model.state_dict()  # the live tensors (a tied head shares the embedding's)
     for name in base.names():
         b = base[name]

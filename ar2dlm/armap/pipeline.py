@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -19,35 +21,43 @@ def preference_rows(paths: list[str], limit: int | None = None) -> list[dict]:
     return rows[:limit] if limit else rows
 
 
-def _weights(teacher_dir, dpo_dir, dlm_dir) -> tuple:
-    """The three folders' weights, read tensor by tensor; checked to match before any work."""
-    ar, dpo, dlm = (FolderWeights(d) for d in (teacher_dir, dpo_dir, dlm_dir))
-    ar.check_matches(dpo)
-    ar.check_matches(dlm)
-    return ar, dpo, dlm
+class ArmapFolders(NamedTuple):
+    """The three model folders an AR-MAP job reads: the AR teacher, its DPO'd copy, the DLM."""
+
+    teacher: str | Path
+    preference: str | Path
+    dlm: str | Path
+
+    def weights(self) -> tuple[FolderWeights, FolderWeights, FolderWeights]:
+        """The teacher's, the DPO'd teacher's and the DLM's weights, read tensor by tensor; checked
+        to match before any work."""
+        ar, dpo, dlm = (FolderWeights(d) for d in self)
+        ar.check_matches(dpo)
+        ar.check_matches(dlm)
+        return ar, dpo, dlm
 
 
-def spectra(teacher_dir, dpo_dir, dlm_dir, csv_path):
+def spectra(folders: ArmapFolders, csv_path):
     """tau_pref = W_AR_dpo - W_AR and tau_diffusion = W_AR - W_DLM, per matrix, written as CSV."""
-    table = streamed_spectra(*_weights(teacher_dir, dpo_dir, dlm_dir), device=resolve_device("auto"))
+    table = streamed_spectra(*folders.weights(), device=resolve_device("auto"))
     table.to_csv(csv_path, index=False)
     return table
 
 
-def search(teacher_dir, dpo_dir, dlm_dir, eval_rows: list[dict], cfg: dict, merge: str, out_json, out_model, seed: int):
+def search(folders: ArmapFolders, eval_rows: list[dict], settings: GammaSearch, out_json, out_model):
     """Gamma search for one (DLM, preference vector, merge); the merge at gamma_hat is saved as an
     HF folder carrying the DLM's conventions."""
     t0 = time.time()
-    ar, dpo, dlm = _weights(teacher_dir, dpo_dir, dlm_dir)
-    model, tok, conv, info = load_model(dlm_dir, dtype=torch.float32)
+    ar, dpo, dlm = folders.weights()
+    model, tok, conv, info = load_model(folders.dlm, dtype=torch.float32)
     if not conv.is_diffusion:
-        raise ValueError(f"{dlm_dir} is causal; AR-MAP transfers preferences to a DLM")
-    result = gamma_search(model, conv, tok, (dlm, dpo, ar), eval_rows, GammaSearch.from_config(cfg, merge, seed))
+        raise ValueError(f"{folders.dlm} is causal; AR-MAP transfers preferences to a DLM")
+    result = gamma_search(model, conv, tok, (dlm, dpo, ar), eval_rows, settings)
     result.update(
-        dlm=str(dlm_dir),
-        preference_model=str(dpo_dir),
-        teacher=str(teacher_dir),
-        seed=seed,
+        dlm=str(folders.dlm),
+        preference_model=str(folders.preference),
+        teacher=str(folders.teacher),
+        seed=settings.seed,
         wall_seconds=round(time.time() - t0, 1),
         versions=library_versions("fp32"),
     )
@@ -57,9 +67,9 @@ def search(teacher_dir, dpo_dir, dlm_dir, eval_rows: list[dict], cfg: dict, merg
         out_model,
         {
             **info,
-            "method": f"armap_{merge}",
-            "base_model": str(dlm_dir),
-            "preference_model": str(dpo_dir),
+            "method": f"armap_{settings.merge}",
+            "base_model": str(folders.dlm),
+            "preference_model": str(folders.preference),
             "gamma": result["gamma_hat"],
             "versions": library_versions(),
         },
