@@ -4,7 +4,7 @@ import re
 
 import pandas as pd
 
-from ar2dlm.reporting.tables import write_table
+from ar2dlm.reporting.tables import TableFiles, TableText, write_table
 
 TABLE = pd.DataFrame(
     {
@@ -24,7 +24,7 @@ def unescaped(text: str, char: str) -> int:
 
 def test_a_table_writes_numbers_to_csv_and_latex_that_parses(tmp_path):
     paths = [tmp_path / f"t.{ext}" for ext in ("md", "csv", "tex")]
-    write_table(TABLE, "ablations/lambda_1", "Study `x_y`, 100% of #1 & more.", "tiny", *paths)
+    write_table(TABLE, TableText("ablations/lambda_1", "Study `x_y`, 100% of #1 & more."), TableFiles(*paths), "tiny")
     assert "0.125 ± 0.055" in paths[0].read_text()  # Markdown as shown
 
     csv = pd.read_csv(paths[1])

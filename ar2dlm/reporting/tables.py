@@ -176,30 +176,39 @@ def provenance_footer(
     return "; ".join(parts) + "."
 
 
+class TableText(NamedTuple):
+    """A table's words: its title, the header under it (preset, runs, seeds, what the cells are)
+    and the provenance footer (default: this checkout's)."""
+
+    title: str
+    header: str
+    footer: str | None = None
+
+
+class TableFiles(NamedTuple):
+    """Where a table goes: Markdown, CSV and LaTeX."""
+
+    md: str | Path
+    csv: str | Path
+    tex: str | Path
+
+
 def write_table(
-    table: pd.DataFrame,
-    title: str,
-    header: str,
-    preset: str,
-    md_path,
-    csv_path,
-    tex_path,
-    reported: pd.DataFrame | None = None,
-    footer: str | None = None,
+    table: pd.DataFrame, text: TableText, files: TableFiles, preset: str, reported: pd.DataFrame | None = None
 ) -> None:
     """One table as Markdown (title, provenance header, the papers' numbers under it, the provenance
     footer), CSV (with the preset and the footer's commit) and LaTeX."""
-    footer = footer or provenance_footer()
+    title, header, footer = text.title, text.header, text.footer or provenance_footer()
     shown = table.fillna("-")  # cells a row has no value for (the teacher's training columns)
     md = [f"# {title}", "", header, "", shown.to_markdown(index=False), ""]
     if reported is not None and len(reported):
         md += ["Reported in the papers (with source):", "", reported.to_markdown(index=False), ""]
-    Path(md_path).write_text("\n".join(md + [footer, ""]))
-    numeric_table(table).assign(preset=preset, commit=code_commit()).to_csv(csv_path, index=False)
+    Path(files.md).write_text("\n".join(md + [footer, ""]))
+    numeric_table(table).assign(preset=preset, commit=code_commit()).to_csv(files.csv, index=False)
     caption = latex_escape(f"{title}. {header} {footer}".replace("`", ""))
     label = "tab:" + re.sub(r"[^A-Za-z0-9:.-]", "-", title)
     latex = shown.to_latex(index=False, escape=True, caption=caption, label=label)
-    Path(tex_path).write_text(latex.replace("±", "$\\pm$"))
+    Path(files.tex).write_text(latex.replace("±", "$\\pm$"))
 
 
 _LATEX_SPECIAL = {c: "\\" + c for c in "&%$#_{}"} | {"~": "\\textasciitilde{}", "^": "\\^{}", "\\": "\\textbackslash{}"}
