@@ -12,7 +12,7 @@ import yaml
 from ar2dlm.pipeline.config import ConfigError, merge_preset
 from ar2dlm.pipeline.resolved import resolve
 from ar2dlm.plan.__main__ import main
-from ar2dlm.plan.armap import STOP_FRACTION, dpo_step_flops, over_runtime, segmented
+from ar2dlm.plan.armap import STOP_FRACTION, DpoRecipe, dpo_step_flops, over_runtime, segmented
 from ar2dlm.plan.memory import GB, QWEN3_SHAPES, Launch, estimate, peak, plan_jobs, unfit
 from ar2dlm.plan.one_gpu import dpo_parts, gamma_parts, plan_one_gpu_jobs, unfit_one_gpu
 from ar2dlm.plan.tokenize import TARGET_HOURS, plan_tokenize, plan_tokenize_jobs
@@ -178,12 +178,12 @@ def test_evaluation_and_armap_jobs_fit_one_80gb_gpu_and_the_unfit_are_named():
 
 def test_lora_is_what_fits_8b_dpo_on_one_gpu():
     shape, cfg = QWEN3_SHAPES["Qwen/Qwen3-8B-Base"], paper()["armap"]["dpo"]
-    lora, full = dpo_parts(shape, cfg, False), dpo_parts(shape, {**cfg, "lora": None}, False)
+    lora, full = dpo_parts(DpoRecipe(shape, cfg, False)), dpo_parts(DpoRecipe(shape, {**cfg, "lora": None}, False))
     assert (
         sum(full.values()) / GB > 130 > 80 > 30 > sum(lora.values()) / GB
     )  # fp32 weights, gradients, AdamW: 16 B/param
     assert full["reference"] == 0  # a causal model's reference log-probabilities are precomputed
-    assert dpo_parts(shape, {**cfg, "lora": None}, True)["reference"] == 4 * shape.params
+    assert dpo_parts(DpoRecipe(shape, {**cfg, "lora": None}, True))["reference"] == 4 * shape.params
 
 
 def test_full_dpo_of_8b_is_sharded_over_the_gpus_that_hold_it(tmp_path):
@@ -367,10 +367,13 @@ def test_armap_memory_and_time_count_the_2l_layout_and_the_configured_length():
     # logits at masked positions only: a few GB at 8B, not 8 x 4096 x 151936 in bf16 and fp32 (60 GB)
     assert two["logits"] / GB < 6
     cfg = config["armap"]["dlm_dpo"]
-    flat, layered = dpo_parts(shape, cfg, True, False), dpo_parts(shape, cfg, True, True)
+    flat, layered = dpo_parts(DpoRecipe(shape, cfg, True, False)), dpo_parts(DpoRecipe(shape, cfg, True, True))
     assert layered["activations"] > 1.9 * flat["activations"]
-    assert dpo_parts(shape, {**cfg, "elbo_samples": 4}, True, True)["activations"] > 1.5 * layered["activations"]
-    assert dpo_step_flops(shape, cfg, True, True) > 1.8 * dpo_step_flops(shape, cfg, True, False)
+    assert (
+        dpo_parts(DpoRecipe(shape, {**cfg, "elbo_samples": 4}, True, True))["activations"]
+        > 1.5 * layered["activations"]
+    )
+    assert dpo_step_flops(DpoRecipe(shape, cfg, True, True)) > 1.8 * dpo_step_flops(DpoRecipe(shape, cfg, True, False))
     longer = {**config, "armap": {**config["armap"], "dpo": {**config["armap"]["dpo"], "max_length": 4096}}}
 
     def gamma(c):

@@ -47,16 +47,41 @@ def forward_flops(shape: Shape, rows: int, seq: int, scored: float) -> float:
     return body + attention + 2 * shape.vocab * shape.hidden * scored
 
 
-def scoring_flops(shape: Shape, pairs: int, samples: int, length: int, two_copy: bool) -> float:
-    """ELBOs of the chosen and the rejected sequence of ``pairs`` pairs on ``samples`` masks each."""
-    seq = 2 * length if two_copy else length
-    return 2 * pairs * samples * forward_flops(shape, 1, seq, MASKED_FRACTION * length)
+@dataclass(frozen=True)
+class DpoRecipe:
+    """What a DPO-family job trains: the model's shape, its section's settings (``armap.dpo`` or a
+    direct baseline's), whether the model is a DLM (ELBO scores) and whether a DLM's rows take the
+    2L layout (``two_copy``: block attention)."""
+
+    shape: Shape
+    cfg: dict
+    diffusion: bool
+    two_copy: bool = False
+
+    def scoring(self) -> ElboScoring:
+        """How the job's held-out ELBO scores are computed."""
+        return ElboScoring(self.shape, self.cfg["max_length"], self.two_copy)
 
 
-def dpo_step_flops(shape: Shape, cfg: dict, diffusion: bool, two_copy: bool) -> float:
+@dataclass(frozen=True)
+class ElboScoring:
+    """A DLM scoring pairs cut to ``length`` tokens by their ELBO (2L rows when ``two_copy``)."""
+
+    shape: Shape
+    length: int
+    two_copy: bool
+
+    def flops(self, pairs: int, samples: int) -> float:
+        """ELBOs of the chosen and the rejected sequence of ``pairs`` pairs on ``samples`` masks each."""
+        seq = 2 * self.length if self.two_copy else self.length
+        return 2 * pairs * samples * forward_flops(self.shape, 1, seq, MASKED_FRACTION * self.length)
+
+
+def dpo_step_flops(recipe: DpoRecipe) -> float:
     """One DPO step: policy (forward, recomputed forward, backward) and reference forward over the
     chosen and rejected rows, ``elbo_samples`` masked copies each for a DLM (twice that with
     antithetic masks); SimPO has no reference, counted all the same (an upper bound)."""
+    shape, cfg, diffusion, two_copy = recipe.shape, recipe.cfg, recipe.diffusion, recipe.two_copy
     rows, length = 2 * cfg["batch_size"], cfg["max_length"]
     seq = 2 * length if two_copy and diffusion else length
     passes = cfg.get("elbo_samples", 1) * (2 if cfg.get("antithetic") else 1) if diffusion else 1
@@ -74,24 +99,15 @@ def _read_seconds(shape: Shape, folders: int = 1) -> float:
     return folders * FP32 * shape.params / 1e9 / READ_GB_S
 
 
-def dpo_time(
-    shape: Shape,
-    cfg: dict,
-    diffusion: bool,
-    two_copy: bool,
-    eval_pairs: int,
-    cluster: dict,
-    runtime_hours: float,
-    gpus: int = 1,
-) -> JobTime:
-    """DPO of ``cfg`` on ``gpus`` GPUs (sharded full DPO) in segments of ``runtime_hours``: every
+def dpo_time(recipe: DpoRecipe, eval_pairs: int, cluster: dict, runtime_hours: float, gpus: int = 1) -> JobTime:
+    """DPO of ``recipe`` on ``gpus`` GPUs (sharded full DPO) in segments of ``runtime_hours``: every
     segment loads the model, the first (a DLM's; every one for a causal model) scores the held-out
     pairs before training, the last scores them after and saves."""
-    train = cfg["steps"] * _seconds(dpo_step_flops(shape, cfg, diffusion, two_copy), cluster, gpus)
+    shape, cfg = recipe.shape, recipe.cfg
+    train = cfg["steps"] * _seconds(dpo_step_flops(recipe), cluster, gpus)
     save = _read_seconds(shape)
-    if diffusion:  # reference and policy ELBOs before training (kept for the segments after), policy after
-        scoring = scoring_flops(shape, eval_pairs, cfg["eval_elbo_samples"], cfg["max_length"], two_copy)
-        score = _seconds(scoring, cluster)
+    if recipe.diffusion:  # reference and policy ELBOs before training (kept for the segments after), policy after
+        score = _seconds(recipe.scoring().flops(eval_pairs, cfg["eval_elbo_samples"]), cluster)
         return segmented(train, _read_seconds(shape), 2 * score, score + save, runtime_hours)
     # TRL's evaluate before (every segment) and after: policy and reference forwards of every held-out row
     rows = 2 * eval_pairs
@@ -117,13 +133,11 @@ def segmented(train: float, load: float, first: float, last: float, runtime_hour
     return JobTime(total / 3600, segments, max(STOP_FRACTION * limit, load + rest + last) / 3600, runtime_hours)
 
 
-def gamma_time(
-    shape: Shape, gamma: dict, length: int, two_copy: bool, eval_pairs: int, cluster: dict, runtime_hours: float
-) -> JobTime:
+def gamma_time(scoring: ElboScoring, gamma: dict, eval_pairs: int, cluster: dict, runtime_hours: float) -> JobTime:
     """A gamma search: the reference and each gamma of the grid scored on every held-out pair; each
     merge (the grid's, the reference's and gamma_hat's) reads three folders; the result is saved."""
-    scores = (1 + len(gamma["grid"])) * scoring_flops(shape, eval_pairs, gamma["elbo_samples"], length, two_copy)
-    seconds = _seconds(scores, cluster) + _read_seconds(shape, 1 + 3 * (len(gamma["grid"]) + 2) + 1)
+    scores = (1 + len(gamma["grid"])) * scoring.flops(eval_pairs, gamma["elbo_samples"])
+    seconds = _seconds(scores, cluster) + _read_seconds(scoring.shape, 1 + 3 * (len(gamma["grid"]) + 2) + 1)
     return JobTime(seconds / 3600, 1, seconds / 3600, runtime_hours)
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..core.precision import planned_dtype
-from .armap import JobTime, dpo_time, gamma_time, spectra_time
+from .armap import DpoRecipe, ElboScoring, JobTime, dpo_time, gamma_time, spectra_time
 from .memory import FP32, GB, MASKED_FRACTION, USABLE, Shape, model_shape
 
 if TYPE_CHECKING:
@@ -100,9 +100,10 @@ def lora_params(shape: Shape, r: int) -> int:
     return shape.layers * r * per_layer
 
 
-def dpo_parts(shape: Shape, cfg: dict, diffusion: bool, two_copy: bool = False) -> dict[str, float]:
+def dpo_parts(recipe: DpoRecipe) -> dict[str, float]:
     """One TRL DPO micro-batch step on a GPU: bf16 compute, gradient checkpointing; a DLM's rows
     in the 2L layout when ``two_copy``."""
+    shape, cfg, diffusion, two_copy = recipe.shape, recipe.cfg, recipe.diffusion, recipe.two_copy
     rows = 2 * cfg["batch_size"] // cfg.get("grad_accum", 1)  # chosen and rejected
     tokens = rows * cfg["max_length"] * (2 if diffusion and two_copy else 1)
     # each ELBO forward's layer inputs await the backward (two forwards a draw with antithetic masks)
@@ -165,16 +166,15 @@ SHARDED_PARTS = ("weights", "gradients", "optimizer", "reference")
 SPLIT_PARTS = ("activations", "logits")  # each process runs its share of a micro-batch's rows
 
 
-def dpo_job(
-    name: str, shape: Shape, cfg: dict, diffusion: bool, budget: float, gpus_per_node: int, two_copy: bool = False
-) -> GpuJob:
+def dpo_job(name: str, recipe: DpoRecipe, budget: float, gpus_per_node: int) -> GpuJob:
     """DPO on one GPU (TRL) when it fits or trains a LoRA adapter; else full DPO sharded over the
     fewest GPUs of a node (powers of two dividing the micro-batch's pairs, as the trainer splits
     them) that hold it, with a bf16 reference sharded too."""
-    job = _job(name, dpo_parts(shape, cfg, diffusion, two_copy), budget)
+    shape, cfg = recipe.shape, recipe.cfg
+    job = _job(name, dpo_parts(recipe), budget)
     if job.fits or cfg.get("lora"):
         return job
-    parts = {**dpo_parts(shape, cfg, diffusion, two_copy), "reference": BF16 * shape.params}
+    parts = {**dpo_parts(recipe), "reference": BF16 * shape.params}
     micro = cfg["batch_size"] // cfg.get("grad_accum", 1)
     gpus = 2
     while True:
@@ -259,18 +259,13 @@ def armap_one_gpu_jobs(resolved: Resolved, shapes: dict, budget: float) -> list[
         two_copy = any(resolved.run(d.run).attention == "block" for d in armap.dlms if d.model == model)
         kinds = [("dpo_teacher", a["dpo"], False)] + [(f"dlm_{o}", a[f"dlm_{o}"], True) for o in direct_objectives(a)]
         for kind, cfg, diffusion in kinds:
+            recipe = DpoRecipe(shape, cfg, diffusion, two_copy)
             if kind == "dlm_simpo":  # TRL's CPO trainer on one GPU, no reference
-                job = _job(f"{kind}/{model}", {**dpo_parts(shape, cfg, True, two_copy), "reference": 0.0}, budget)
+                job = _job(f"{kind}/{model}", {**dpo_parts(recipe), "reference": 0.0}, budget)
             else:
-                job = dpo_job(f"{kind}/{model}", shape, cfg, diffusion, budget, cluster["gpus_per_node"], two_copy)
-            jobs.append(
-                replace(
-                    job,
-                    time=dpo_time(
-                        shape, cfg, diffusion, two_copy, _eval_pairs(config, cfg), cluster, runtime[kind], job.gpus
-                    ),
-                )
-            )
+                job = dpo_job(f"{kind}/{model}", recipe, budget, cluster["gpus_per_node"])
+            time = dpo_time(recipe, _eval_pairs(config, cfg), cluster, runtime[kind], job.gpus)
+            jobs.append(replace(job, time=time))
         jobs.append(
             replace(
                 _job(f"armap_spectra/{model}", spectra_parts(shape), budget),
@@ -278,20 +273,9 @@ def armap_one_gpu_jobs(resolved: Resolved, shapes: dict, budget: float) -> list[
             )
         )
         gamma = _job(f"gamma_search/{model}", gamma_parts(shape, rows, length, two_copy), budget)
-        jobs.append(
-            replace(
-                gamma,
-                time=gamma_time(
-                    shape,
-                    a["gamma"],
-                    length,
-                    two_copy,
-                    _eval_pairs(config, a["gamma"]),
-                    cluster,
-                    runtime["gamma_search"],
-                ),
-            )
-        )
+        scoring = ElboScoring(shape, length, two_copy)
+        time = gamma_time(scoring, a["gamma"], _eval_pairs(config, a["gamma"]), cluster, runtime["gamma_search"])
+        jobs.append(replace(gamma, time=time))
     return jobs
 
 
