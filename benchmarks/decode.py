@@ -74,7 +74,7 @@ def load(a):
         conv = Conventions("block", True, conv.mask_token_id, conv.eos_token_id, conv.pad_token_id, a.as_block_dlm)
     elif conv.attention != "block":
         sys.exit(f"{a.model} decodes by recomputing its canvas ({conv.attention} attention): time a block model")
-    return model_dir, model, ar_model, tok, conv
+    return model_dir, ds.SpeedModels(model, ar_model, tok, conv)
 
 
 def qwen3_shape_curve(a, tokens) -> dict:
@@ -95,20 +95,12 @@ def main(argv=None):
     thresholds = sorted(float(x) for x in a.thresholds.split(","))
     if a.compile and not compile_available():
         sys.exit("--compile: torch.compile needs a C++ compiler here (install g++), or leave --compile out")
-    model_dir, model, ar_model, tok, conv = load(a)
+    model_dir, models = load(a)
+    model, tok = models.dlm, models.tokenizer
     tasks = read_jsonl(a.problems)[: a.task_prompts]
     prompts = code_prompts(tok, tasks)
     device = next(model.parameters()).device
-    rows = ds.decoders(
-        model,
-        ar_model,
-        tok,
-        conv,
-        thresholds=thresholds,
-        max_new_tokens=a.max_new_tokens,
-        batch_size=a.batch_size,
-        compile=a.compile,
-    )
+    rows = ds.decoders(models, thresholds, a.max_new_tokens, batch_size=a.batch_size, compile=a.compile)
     warm = ds.warm_up(rows, prompts, device)
     ds.interleaved(rows, prompts, a.batch_size, a.repeats, device)
     kinds = ds.kind_times(rows, prompts, a.batch_size)
@@ -122,7 +114,7 @@ def main(argv=None):
     result = {
         "model": str(model_dir),
         "ar_model": a.ar_model or str(model_dir),
-        "conventions": conv.to_dict(),
+        "conventions": models.conv.to_dict(),
         "prompts": len(prompts),
         "batch_size": a.batch_size,
         "max_new_tokens": a.max_new_tokens,

@@ -18,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -41,11 +42,23 @@ class Decoder:
         return self.name if self.threshold is None else f"{self.name}@{self.threshold}"
 
 
+class SpeedModels(NamedTuple):
+    """What the benchmark decodes with: the block DLM, the AR model it is timed against (the DLM's
+    own weights decoded causally when no AR model is given), their tokenizer and the DLM's
+    conventions."""
+
+    dlm: torch.nn.Module
+    ar: torch.nn.Module
+    tokenizer: object
+    conv: Conventions
+
+
 def decoders(
-    dlm, ar_model, tokenizer, conv: Conventions, *, thresholds, max_new_tokens: int, batch_size: int, compile: bool
+    models: SpeedModels, thresholds: list[float], max_new_tokens: int, *, batch_size: int, compile: bool
 ) -> list[Decoder]:
     """The benchmark's rows: AR through transformers and the engine, the DLM through the
     ``DynamicCache`` path and the engine at each threshold."""
+    dlm, ar_model, tokenizer, conv = models
     ar_conv = Conventions("causal", True, conv.mask_token_id, conv.eos_token_id, conv.pad_token_id)
     ar_engine = DecodeEngine(ar_model, ar_conv, compile=compile)
     dlm_engine = DecodeEngine(dlm, conv, compile=compile)
