@@ -40,9 +40,11 @@ def main() -> None:
         scored = code.score_samples(
             problems,
             samples,
-            fmt=settings.get("format", "evalplus"),
-            dataset=settings.get("dataset", "humaneval"),
-            parallel=settings.get("parallel", 2),
+            code.CodeScoring(
+                fmt=settings.get("format", "evalplus"),
+                dataset=settings.get("dataset", "humaneval"),
+                parallel=settings.get("parallel", 2),
+            ),
         )
         times.append(time.perf_counter() - t0)
     verdicts = {tid: rows for tid, rows in sorted(scored["per_task"].items())}

