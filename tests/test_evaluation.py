@@ -307,10 +307,10 @@ def test_reward_judge_scores_answers_against_the_chosen_ones(arith_teacher, tmp_
     judge.mkdir()
     write_standin_reward_model(judge)
     root, items = arith_teacher
-    model, tok, conv, _ = load_model(root / "ar")
+    loaded = load_model(root / "ar")
     items = [{"prompt": it["prompt"], "chosen": "I am not sure."} for it in items[:6]]
     spec = {"max_new_tokens": 16, "batch_size": 4, "judge": "standin", "judge_batch_size": 3}
-    first = evaluate_reward(model, tok, conv, items, spec, str(judge))
+    first = evaluate_reward(loaded, items, spec, str(judge))
     assert first["n_tasks"] == 6 and first["judge"] == "standin"
     answers = [s["answer"] for s in first["samples"]]
     wins = [s["reward"] >= s["reference_reward"] - 1e-4 for s in first["samples"]]
@@ -318,7 +318,7 @@ def test_reward_judge_scores_answers_against_the_chosen_ones(arith_teacher, tmp_
     alone = reward_scores(str(judge), [it["prompt"] for it in items], answers, batch_size=1)
     assert alone == pytest.approx([s["reward"] for s in first["samples"]], abs=1e-4)
     own = [{"prompt": it["prompt"], "chosen": a} for it, a in zip(items, answers)]
-    assert evaluate_reward(model, tok, conv, own, spec, str(judge))["metrics"]["win_rate"] == 1.0
+    assert evaluate_reward(loaded, own, spec, str(judge))["metrics"]["win_rate"] == 1.0
 
 
 def test_decode_benchmark_rows_ratios_and_the_equal_accuracy_threshold():

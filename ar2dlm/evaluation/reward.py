@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from ..core.models import LoadedModel
+
 TIE = 1e-4  # rewards this close are a tie: the same text scored in batches of other lengths moves the last bits
 
 
@@ -53,11 +55,13 @@ def reward_scores(
     return scores
 
 
-def evaluate_reward(model, tokenizer, conv, items: list[dict], cfg: dict, judge_dir: str, seed: int = 0) -> dict:
-    """Win rate of the model's answers against each item's ``chosen`` answer under the judge, and
-    the mean rewards ({prompt, chosen} items: a preference domain's held-out split)."""
+def evaluate_reward(loaded: LoadedModel, items: list[dict], cfg: dict, judge_dir: str, seed: int = 0) -> dict:
+    """Win rate of the loaded model's answers against each item's ``chosen`` answer under the judge
+    in ``judge_dir``, and the mean rewards ({prompt, chosen} items: a preference domain's held-out
+    split)."""
     from .maths import generate_answers
 
+    model, tokenizer, conv, _ = loaded
     outs, stats = generate_answers(model, tokenizer, conv, items, cfg, seed)
     answers = [tokenizer.decode(o, skip_special_tokens=True).strip() for o in outs]
     texts = [it["prompt"] for it in items]

@@ -200,10 +200,10 @@ def _reward(model_dir, spec, inputs, seed, name):
 
     judge = spec["judge"]  # found before the model loads
     judge_dir = local_snapshot(judge, "model", spec.get("judge_revision")) if is_hub_id(judge) else judge
-    model, tok, conv, info = _load(model_dir, spec)
+    loaded = _load(model_dir, spec)
     items = read_jsonl(inputs[preference_data(spec)])
     items = items[: spec["limit"]] if spec.get("limit") else items
-    return info, evaluate_reward(model, tok, conv, items, spec, judge_dir, seed=seed)
+    return loaded.info, evaluate_reward(loaded, items, spec, judge_dir, seed=seed)
 
 
 def preference_data(spec: dict) -> str:
