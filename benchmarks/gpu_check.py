@@ -289,7 +289,7 @@ def prepare(ctx: Context) -> None:
     from ar2dlm.data.preferences import make_preferences
     from ar2dlm.data.tokenization import train_bpe_tokenizer
     from ar2dlm.provenance import write_jsonl
-    from ar2dlm.training.teacher import pretrain_teacher
+    from ar2dlm.training.teacher import TeacherJob, pretrain_teacher
 
     s = ctx.sizes
     code, _ = generate_code_suite(200 if ctx.quick else 400, 1, 0.2, 0)
@@ -307,13 +307,11 @@ def prepare(ctx: Context) -> None:
         "log_every": 10,
     }
     info = pretrain_teacher(
-        {"arch": s["arch"], "pretrain": pretrain},
+        TeacherJob({"arch": s["arch"], "pretrain": pretrain}, 0, "gpu_check"),
         ctx.work / "tokenizer",
         ctx.work / "corpus.jsonl",
         teacher,
         ctx.work / "teacher_loss.csv",
-        0,
-        "gpu_check",
     )
     print(
         f"teacher: {info['parameters']} parameters, pretrained {s['pretrain']['steps']} steps on the CPU to loss "

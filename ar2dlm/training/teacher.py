@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -25,11 +26,21 @@ def ar_conventions(tokenizer) -> dict:
     }
 
 
-def pretrain_teacher(model_cfg: dict, tokenizer_dir, corpus_path, out_dir, loss_log, seed: int, preset: str) -> dict:
+class TeacherJob(NamedTuple):
+    """A teacher to make: its ``models.<name>`` section, the seed and the preset it is made for."""
+
+    model_cfg: dict
+    seed: int
+    preset: str
+
+
+def pretrain_teacher(job: TeacherJob, tokenizer_dir, corpus_path, out_dir, loss_log) -> dict:
+    """Pretrain the section's Qwen3 on the corpus here (on the CPU), its loss logged to ``loss_log``."""
     from transformers import AutoTokenizer
 
     from .ar_pretrain import pack_documents, pretrain
 
+    model_cfg, seed, preset = job
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     arch, pre = dict(model_cfg["arch"], init_seed=seed), model_cfg["pretrain"]
@@ -52,10 +63,12 @@ def pretrain_teacher(model_cfg: dict, tokenizer_dir, corpus_path, out_dir, loss_
     return info
 
 
-def fetch_teacher(model_cfg: dict, out_dir, seed: int, preset: str) -> dict:
+def fetch_teacher(job: TeacherJob, out_dir) -> dict:
     """Resolve the checkpoint (fails at once offline, naming model_path) and write it as a project
     folder: weights, tokenizer with the mask token, conventions JSON."""
     from transformers import AutoModelForCausalLM
+
+    model_cfg, seed, preset = job
 
     t0 = time.time()
     local = resolve_pretrained(model_cfg["hub_id"], model_cfg["model_path"], model_cfg["revision"])
