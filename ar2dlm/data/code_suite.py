@@ -387,15 +387,12 @@ def _test_source(entry_point: str, inputs: list[list], outputs: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def generate_code_suite(
-    n_train: int,
-    n_eval: int,
-    heldout_fraction: float,
-    seed: int,
-    n_base: int = 5,
-    n_plus: int = 15,
-    prefix_share: float = 0.5,
-):
+BASE_INPUTS = 5  # a task's base tests (HumanEval's few), as in evalplus's base_input
+PLUS_INPUTS = 15  # its added tests over a wider input range (plus_input)
+PREFIX_SHARE = 0.5  # of the tasks with one more operation in front of their pairing (``_build``'s prefix)
+
+
+def generate_code_suite(n_train: int, n_eval: int, heldout_fraction: float, seed: int):
     """Return (train, eval) lists of HumanEval+-format task dicts, deterministic in ``seed``."""
     train_pairs, held_pairs = split_pairings(heldout_fraction, seed)
     out = {}
@@ -404,13 +401,13 @@ def generate_code_suite(
         tasks, seen = [], set()
         while len(tasks) < n:
             fam, i, j = pairs[rng.randrange(len(pairs))]
-            task = _build(fam, i, j, rng, prefix=rng.random() < prefix_share, train_pairs=frozenset(train_pairs))
+            task = _build(fam, i, j, rng, prefix=rng.random() < PREFIX_SHARE, train_pairs=frozenset(train_pairs))
             key = task["prompt"].split("\n", 1)[1] + task["canonical_solution"]
             if key in seen:
                 continue
             seen.add(key)
-            base = [_args(fam, rng, wide=False) for _ in range(n_base)]
-            plus = [_args(fam, rng, wide=True) for _ in range(n_plus)]
+            base = [_args(fam, rng, wide=False) for _ in range(BASE_INPUTS)]
+            plus = [_args(fam, rng, wide=True) for _ in range(PLUS_INPUTS)]
             source = task["prompt"] + task["canonical_solution"]
             outputs = run_solution(source, task["entry_point"], base + plus)
             if len({repr(o) for o in outputs}) == 1:  # a constant function would pass its own tests trivially
