@@ -159,7 +159,7 @@ def test_hub_preferences_from_local_ultrafeedback_style_file(tmp_path):
 def test_build_corpus_from_a_hub_source_on_local_files(smoke_tokenizer, tmp_path):
     """The paper path: a data set read by name with `datasets` (here the json builder on a local
     file), subset written, stream left to be read at training time."""
-    from ar2dlm.data.build import build_corpus
+    from ar2dlm.data.build import CorpusFiles, build_corpus
 
     tok, docs = smoke_tokenizer
     tok.save_pretrained(str(tmp_path / "tok"))
@@ -182,13 +182,15 @@ def test_build_corpus_from_a_hub_source_on_local_files(smoke_tokenizer, tmp_path
             },
         },
     }
-    info = build_corpus(cfg, tmp_path / "tok", None, None, tmp_path / "manifest.json", tmp_path / "subset.jsonl")
+    info = build_corpus(
+        cfg, tmp_path / "tok", None, None, CorpusFiles(tmp_path / "manifest.json", tmp_path / "subset.jsonl")
+    )
     assert info["subset"]["tokens"] >= 2000 and info["stream"]["budget_tokens"] == 8000
     assert info["stream"]["path"] is None and not (tmp_path / "stream.jsonl").exists()
     assert json.loads((tmp_path / "manifest.json").read_text())["subset"] == info["subset"]
     cfg["corpus"]["subset_tokens"] = 10**7
     with pytest.raises(ValueError, match="data.corpus.subset_tokens"):
-        build_corpus(cfg, tmp_path / "tok", None, None, tmp_path / "m2.json", tmp_path / "s2.jsonl")
+        build_corpus(cfg, tmp_path / "tok", None, None, CorpusFiles(tmp_path / "m2.json", tmp_path / "s2.jsonl"))
     assert not (tmp_path / "s2.jsonl").exists() and not (tmp_path / "m2.json").exists()
 
 

@@ -1,4 +1,4 @@
-from ar2dlm.data.build import build_corpus
+from ar2dlm.data.build import CorpusFiles, build_corpus
 from ar2dlm.provenance import log_to
 
 log_to(snakemake.log[0])
@@ -9,8 +9,6 @@ print(
         inp.tokenizer,
         inp.code_train,
         inp.math_train,
-        out.manifest,
-        out.subset,
-        out.get("stream"),
+        CorpusFiles(out.manifest, out.subset, out.get("stream")),
     )
 )

@@ -6,6 +6,7 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from ..provenance import library_versions, read_json, read_jsonl, write_json, write_jsonl
 from .code_suite import generate_code_suite
@@ -93,9 +94,20 @@ def build_tokenizer(data_cfg: dict, code_train, math_train, out_dir) -> int:
     return len(tok)
 
 
-def build_corpus(data_cfg: dict, tokenizer_dir, code_train, math_train, manifest, subset, stream=None) -> dict:
+class CorpusFiles(NamedTuple):
+    """Where a corpus is written: its manifest, the seeded subset, and the stream (None: the stream
+    is read from the source at training time)."""
+
+    manifest: str | Path
+    subset: str | Path
+    stream: str | Path | None = None
+
+
+def build_corpus(data_cfg: dict, tokenizer_dir, code_train, math_train, out: CorpusFiles) -> dict:
     """Write the seeded subset (and the stream, if materialised) and a manifest describing both."""
     from transformers import AutoTokenizer
+
+    manifest, subset, stream = out
 
     cfg, seed = data_cfg["corpus"], data_cfg["seed"]
     count = token_counter(AutoTokenizer.from_pretrained(str(tokenizer_dir)))

@@ -165,12 +165,14 @@ def keep_states(out_dir: Path, keep: int | None) -> None:
 
 class Checkpoints:
     """One run's checkpoints: ``prepare`` before training (rank 0 keeps those of the same settings;
-    every rank helps verify), ``resume`` the newest, ``save`` at ``due`` steps. ``info``: what each
-    checkpoint's conventions JSON records about the run."""
+    every rank helps verify), ``resume`` the newest, ``save`` at ``due`` steps. A checkpoint folder
+    holds the weights, ``tokenizer`` and a conventions JSON of ``info`` (the decoding conventions and
+    what it records about the run) with the step; ``settings`` are the run's, which decide whether
+    an earlier checkpoint is resumable."""
 
-    def __init__(self, out_dir, pg: ProcessGroup, training: dict, tokenizer, conventions, settings: dict, info: dict):
+    def __init__(self, out_dir, pg: ProcessGroup, training: dict, tokenizer, settings: dict, info: dict):
         self.out_dir, self.pg, self.training = Path(out_dir), pg, training
-        self.tokenizer, self.conventions, self.settings, self.info = tokenizer, conventions, settings, info
+        self.tokenizer, self.settings, self.info = tokenizer, settings, info
         self.out_dir.mkdir(parents=True, exist_ok=True)
 
     def prepare(self) -> None:
@@ -215,7 +217,7 @@ class Checkpoints:
                 model,
                 self.tokenizer,
                 tmp,
-                {**self.conventions.to_dict(), **self.info, "step": step, "dtype": export},
+                {**self.info, "step": step, "dtype": export},
                 state_dict=weights,
             )
             write_json(tmp / "settings.json", self.settings)

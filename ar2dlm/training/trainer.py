@@ -242,8 +242,8 @@ def train_run(job: TrainJob) -> dict:
         model, frozen = prepared_student(job, objective, teacher, pg.device)
         computed = {**run, "training": {k: v for k, v in tr.items() if k not in LAUNCH_KEYS}}
         settings = {"run": computed, "seed": seed, "teacher": str(teacher_dir)}
-        info = checkpoint_info(job, len(frozen), dtype)
-        checkpoints = Checkpoints(out_dir, pg, tr, tok, conv, settings, info)
+        info = {**conv.to_dict(), **checkpoint_info(job, len(frozen), dtype)}
+        checkpoints = Checkpoints(out_dir, pg, tr, tok, settings, info)
         checkpoints.prepare()  # settings kept or superseded, corrupt checkpoints set aside
         shard_models(model, teacher, dtype, pg, launch)
         opt = optimizer(model, tr)
