@@ -54,7 +54,7 @@ def run_case(case: str, work: Path) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ar2dlm.armap.merge import Merge, stream_merge
+    from ar2dlm.armap.merge import MergeSettings, stream_merge
     from ar2dlm.armap.spectra import streamed_spectra
     from ar2dlm.core.models import FolderWeights
     from tests.reference_armap import add_scaled, task_vector
@@ -78,7 +78,7 @@ def run_case(case: str, work: Path) -> dict:
         rows = sum(t.dim() == 2 for t in taus[0].values())
     else:
         if case == "merge_streamed":
-            stream_merge(model, (dlm, dpo, ar), 2.0, Merge("task_arithmetic"))
+            stream_merge(model, (dlm, dpo, ar), 2.0, MergeSettings("task_arithmetic"))
         else:
             model.load_state_dict(add_scaled(full(dlm), task_vector(full(dpo), full(ar)), 2.0), strict=False)
         rows = len(dlm.names())

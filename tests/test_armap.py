@@ -5,7 +5,7 @@ from unittest import mock
 import pytest
 import torch
 
-from ar2dlm.armap.merge import Merge, stream_merge
+from ar2dlm.armap.merge import MergeSettings, stream_merge
 from ar2dlm.armap.spectra import matrix_stats, streamed_spectra
 from ar2dlm.core.models import CheckpointError, FolderWeights, build_qwen3, load_model, save_model
 from ar2dlm.training.teacher import ar_conventions
@@ -274,10 +274,10 @@ def test_streamed_merge_equals_the_state_dict_merge(models, merge, options):
     tau = {n: dpo[n].float() - ar[n].float() for n in ar.names()}
     expected = add_scaled({n: dlm[n] for n in dlm.names()}, merged_vector(tau, merge, options, seed=3), 2.0)
     model = load_model(models / "dlm", device="cpu").model
-    stream_merge(model, (dlm, dpo, ar), 2.0, Merge(merge, options, seed=3))
+    stream_merge(model, (dlm, dpo, ar), 2.0, MergeSettings(merge, options, seed=3))
     state = model.state_dict()
     assert all(torch.allclose(state[n], expected[n], atol=1e-6) for n in expected)
-    stream_merge(model, (dlm, dpo, ar), 0.0, Merge(merge, options, seed=3))
+    stream_merge(model, (dlm, dpo, ar), 0.0, MergeSettings(merge, options, seed=3))
     assert all(torch.equal(state[n], dlm[n]) for n in dlm.names())  # gamma 0: the DLM itself
 
 

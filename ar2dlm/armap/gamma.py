@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from .dpo import PairScoring, reference_scores, reward_accuracy, scorable
-from .merge import Merge, stream_merge
+from .merge import MergeSettings, stream_merge
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def gamma_search(model, conv, tok, weights: tuple, rows: list[dict], search: Gam
     merge ``dlm + gamma * merged(tuned - pre)`` from the folders' weights (``weights``: the DLM's, the
     DPO'd teacher's and the teacher's ``FolderWeights``), one tensor at a time, and ends at gamma_hat.
     Pairs are cut to ``max_length`` as DPO cut them."""
-    merge = Merge(search.merge, search.options, search.seed)
+    merge = MergeSettings(search.merge, search.options, search.seed)
 
     def set_gamma(gamma):
         return stream_merge(model, weights, gamma, merge)

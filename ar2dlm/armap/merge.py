@@ -74,17 +74,18 @@ def _merge(merge: str) -> Merge:
     return MERGES[merge]
 
 
-@torch.no_grad()
 @dataclass(frozen=True)
-class Merge:
-    """A merge method (a key of MERGES), its options, and the seed of its random drops (DARE)."""
+class MergeSettings:
+    """One merge as configured: its method (a key of MERGES), its options, and the seed of its
+    random drops (DARE)."""
 
     method: str
     options: dict = field(default_factory=dict)
     seed: int = 0
 
 
-def stream_merge(model, weights: tuple, gamma: float, merge: Merge) -> None:
+@torch.no_grad()
+def stream_merge(model, weights: tuple, gamma: float, merge: MergeSettings) -> None:
     """Set ``model``'s weights to ``base + gamma * merged(tuned - pre)``, one tensor at a time, where
     ``weights`` = (``base``, ``tuned``, ``pre``) are :class:`~ar2dlm.core.models.FolderWeights`
     (AR-MAP: the DLM, the DPO'd teacher, the teacher). The arithmetic runs in float32 on the model's

@@ -131,8 +131,6 @@ def rollout_length(distill: dict, step: int, block_size: int) -> int:
 def rollout_decoding(distill: dict, length: int, conv: Conventions) -> Decoding:
     """How an on-policy rollout decodes: the run's threshold and sampling temperature, whole
     rollouts (no stop at end-of-text), the block cache where the attention is blockwise."""
-    from ..core.sampling import Decoding
-
     return Decoding(
         length,
         conv.block_size,
