@@ -524,7 +524,7 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
 
         for rel in ("data/code/eval.jsonl", "data/corpus/subset.jsonl", "data/math/eval.jsonl"):
             assert (work / "results" / rel).read_bytes() == (smoke_run / "results" / rel).read_bytes(), rel
-        for rel in ("teacher", "mdlm/seed0/step_4", "opd/seed0/step_4"):
+        for rel in ("teacher", "mdlm/seed0/step_4", "opd_noshift/seed0/step_4"):
             a = load_file(work / "results/models/tiny" / rel / "model.safetensors")
             b = load_file(smoke_run / "results/models/tiny" / rel / "model.safetensors")
             assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a), rel
