@@ -74,6 +74,9 @@ def metric_curve(ax, resolved: Resolved, study: str, data: list[Evaluated], *, a
     teacher_line(ax, resolved, study, metric)
     if against == "lambda":
         ax.set_xscale("symlog", linthresh=1)
+        # lambda is never negative: keep the symlog axis's mirrored side (a -10^0 tick) out of view,
+        # and the largest lambda's marker inside the frame
+        ax.set_xlim(-0.5, max(df["x"].max() * 1.5, 1.5))
     ax.set_xlabel("alignment weight lambda" if against == "lambda" else "training step")
     ax.set_ylabel(f"{first}: {metric}")
 
