@@ -55,6 +55,10 @@ def _scores(bench, run, seed, metric):
     return own.get((run, metric), 0.5) + 0.01 * seed
 
 
+# tiny_full's bidirectional ablation of the block recipe (tiny trains only the block recipe itself)
+ED_BIDIR = {"method": "efficient_dlm", "block_size": 8, "attention": "bidirectional"}
+
+
 @pytest.fixture
 def tiny(tmp_path, monkeypatch):
     from ar2dlm.pipeline.config import merge_preset
@@ -315,7 +319,8 @@ def test_best_other_lowest_threshold_equal_flops_and_the_teacher_floor_read_know
     from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
-    tiny["studies"]["efficient_dlm/tradeoff"].update(seeds=[0, 1, 2, 3], run_seeds={})
+    tiny["runs"]["ed_bidir"] = ED_BIDIR
+    tiny["studies"]["efficient_dlm/tradeoff"].update(runs=["ed", "ed_bidir"], seeds=[0, 1, 2, 3])
     tiny["claims"]["judged"] = {
         "best": _claim(study="ablations/lambda", against="best_other", direction="near_best"),
         "lowest": _claim(
@@ -462,8 +467,9 @@ def test_a_claim_on_several_benchmarks_reads_the_mean_over_those_the_teacher_can
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
-    tiny["studies"]["efficient_dlm/attention"]["evals"] = ["synthetic_code", "arith_choice", "arithmetic"]
     benches = ["synthetic_code", "arith_choice", "arithmetic"]
+    tiny["runs"]["ed_bidir"] = ED_BIDIR
+    tiny["studies"]["efficient_dlm/attention"] = {"runs": ["ed", "ed_bidir"], "evals": benches, "seeds": [0, 1, 2]}
     tiny["claims"]["judged"] = {
         "mean": _claim(
             study="efficient_dlm/attention",
