@@ -4,7 +4,8 @@ CPU partition), all files in one folder, every daemon stopped by PID.
 
 Snakemake's SLURM job-step plugin removes every ``SLURM_*`` variable (``SLURM_CONF`` included)
 before its inner ``srun``, so that ``srun`` reads the default ``/etc/slurm/slurm.conf``: the cluster
-writes its configuration there too, only when no file is there, and removes it when it stops."""
+writes its configuration there too, only when no file is there (or only a stale one of its own, left by a
+run that was killed before it stopped), and removes it when it stops."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 PACKAGES = ("slurm-wlm", "munge")
 DEFAULT_CONF = Path("/etc/slurm/slurm.conf")
+CLUSTER_NAME = "ar2dlm-test"  # marks a default configuration this module wrote
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 
 
@@ -34,6 +36,12 @@ def install() -> str | None:
         if proc.returncode != 0:
             return f"{' '.join(cmd)} failed: {proc.stderr[-500:]}"
     return None
+
+
+def _ours(conf: Path) -> bool:
+    """Whether a configuration file is one this module wrote (a killed test run leaves it behind: its
+    daemons died with it, and every start writes fresh ports and paths)."""
+    return conf.read_text(errors="replace").startswith(f"ClusterName={CLUSTER_NAME}\n")
 
 
 def _free_port() -> int:
@@ -60,7 +68,7 @@ class LocalSlurm:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         mem = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
-        (r / "slurm.conf").write_text(f"""ClusterName=ar2dlm-test
+        (r / "slurm.conf").write_text(f"""ClusterName={CLUSTER_NAME}
 SlurmctldHost={self.host}
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
@@ -91,7 +99,7 @@ SlurmdParameters=config_overrides
 NodeName={self.host} CPUs={self.cpus} RealMemory={mem} State=UNKNOWN
 PartitionName=cpu Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
 """)
-        if DEFAULT_CONF.exists():
+        if DEFAULT_CONF.exists() and not _ours(DEFAULT_CONF):
             raise RuntimeError(f"{DEFAULT_CONF} exists (a real SLURM installation?): not touching it")
         DEFAULT_CONF.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(r / "slurm.conf", DEFAULT_CONF)
@@ -151,7 +159,8 @@ PartitionName=cpu Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
             time.sleep(0.5)
 
     def stop(self) -> None:
-        subprocess.run(["scancel", "--user", str(os.getuid())], env=self.env, capture_output=True)
+        if self.procs:
+            subprocess.run(["scancel", "--user", str(os.getuid())], env=self.env, capture_output=True)
         for p in reversed(self.procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
