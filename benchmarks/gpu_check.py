@@ -20,7 +20,9 @@ Stages, through the project's own entry points (``python -m ar2dlm.training.conv
 
 - train: one conversion per method family (mdlm; repr_align, whose alignment reads the frozen
   teacher; efficient_dlm, block attention in the 2L layout; opdlm, on-policy distillation from the
-  student's own rollouts), bf16 autocast, flex attention on CUDA (the trainer's choice there);
+  student's own rollouts), bf16 autocast on CUDA with flex attention (the trainer's choice there); on a
+  CPU in the dtype it computes natively (``dtype: auto``: bf16 with AVX-512 BF16 or AMX, fp32 on an
+  AVX2-only CPU, where bf16 is emulated: slower and rounded otherwise than the device kernels checked);
 - resume: the mdlm run in a subprocess, SIGKILLed once its first checkpoint is written, resumed from
   the DCP trainer state and compared with the uninterrupted run;
 - two_process: torchrun with two processes on gloo with CUDA hidden (NCCL refuses two ranks on one
@@ -193,6 +195,13 @@ class Context:
 
     def remaining(self) -> float:
         return self.budget_s - (time.time() - self.start)
+
+    @property
+    def train_dtype(self) -> str:
+        """The training runs' dtype: bf16 on CUDA, what ``auto`` picks on a CPU (its native dtype)."""
+        from ar2dlm.core.precision import resolve_dtype
+
+        return "bf16" if self.device == "cuda" else resolve_dtype("auto", self.device)
 
     def need(self, key: str):
         if key not in self.artifacts:
@@ -410,7 +419,7 @@ def relative_within(value: float, tol: float) -> bool:
 
 
 def train_stage(ctx: Context) -> None:
-    """One conversion per family, bf16, through the trainer's command line."""
+    """One conversion per family, in ``ctx.train_dtype``, through the trainer's command line."""
     try:
         reference = reference_losses(ctx)
     except Exception as exc:  # the device runs still go ahead: the stages after them read their checkpoints
@@ -423,7 +432,7 @@ def train_stage(ctx: Context) -> None:
 
 def train_family(ctx: Context, family: str, reference: float | str | None) -> None:
     out = ctx.work / "train" / family
-    run = run_settings(ctx, family, "bf16")
+    run = run_settings(ctx, family, ctx.train_dtype)
     info = convert(ctx, run, out)
     ctx.artifacts[f"run:{family}"] = (run, out)
     check_training(ctx, family, info, out, run, reference)
@@ -502,9 +511,10 @@ def check_training(ctx: Context, family: str, info: dict, out: Path, run: dict, 
     init, trained = weights(ctx.need("teacher")), final_weights(out)
     moved = max(float((trained[k] - init[k]).abs().max()) for k in init if k in trained)
     dtype = info["versions"]["machine"].get("dtype")
-    ok = [r["step"] for r in log] == list(range(steps)) and finite and moved > 0 and dtype == "bf16"
+    ok = [r["step"] for r in log] == list(range(steps)) and finite and moved > 0 and dtype == ctx.train_dtype
     measured = f"{len(log)} steps, loss {log[0]['loss']:.4f} -> {log[-1]['loss']:.4f}, max |dW| {moved:.2e}, {dtype}"
-    criterion = f"{steps} logged steps; loss, grad norm and {'+'.join(TERMS[family])} finite; weights moved; bf16"
+    terms = "+".join(TERMS[family])
+    criterion = f"{steps} logged steps; loss, grad norm and {terms} finite; weights moved; {ctx.train_dtype}"
     if family in REFERENCED:
         tol = FIRST_LOSS_TOL[family]
         criterion += f"; first loss within {tol:g} relative of fp32 on the CPU"

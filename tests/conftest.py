@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
@@ -73,6 +74,38 @@ def dry_run(tmp_path, standin_hub):
             files.append(str(path))
         args = ["-n", target] + (["-p"] if printshell else []) + (["--configfile", *files] if files else [])
         return run_snakemake(args, tmp_path, timeout=120, hub_cache=standin_hub)
+
+    return _run
+
+
+class DryRun(NamedTuple):
+    """A finished dry run: its exit status and output, and the modules its DAG build imported."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    imported: frozenset[str]
+
+
+@pytest.fixture(scope="session")
+def preset_dry_run(tmp_path_factory, standin_hub):
+    """Dry-run all_tables on a preset as it ships (None: the embedded default), once per session for every
+    test that reads it, under ``python -X importtime`` so that a test can see what the DAG build imports."""
+    runs: dict[str | None, DryRun] = {}
+
+    def _run(preset: str | None) -> DryRun:
+        if preset not in runs:
+            work = tmp_path_factory.mktemp(f"dry_{preset}")
+            files = ["--configfile", str(REPO / "config" / "presets" / f"{preset}.yaml")] if preset else []
+            command = [sys.executable, "-X", "importtime", *snakemake_command(["-n", "all_tables", *files], work)[1:]]
+            proc = subprocess.run(
+                command, cwd=work, capture_output=True, text=True, timeout=120, env=snakemake_env(standin_hub)
+            )
+            lines = proc.stderr.splitlines()
+            imported = frozenset(line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:"))
+            stderr = "\n".join(line for line in lines if not line.startswith("import time:"))
+            runs[preset] = DryRun(proc.returncode, proc.stdout, stderr, imported)
+        return runs[preset]
 
     return _run
 

@@ -10,15 +10,19 @@ from tests.conftest import REPO, planned_files, planned_rules
 
 
 @pytest.mark.parametrize("preset", ["smoke", "tiny", "paper", None])
-def test_dry_run_all_tables(dry_run, preset):
-    proc = dry_run(preset=preset)
+def test_dry_run_all_tables(preset_dry_run, preset):
+    """Every preset's DAG builds, and the build imports neither torch nor transformers (a job imports them):
+    every Snakemake start (a dry run, each SLURM job) reads the Snakefile."""
+    proc = preset_dry_run(preset)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     rules = planned_rules(proc.stdout)
     assert {"synthetic_suites", "tokenizer", "corpus", "teacher", "eval_teacher_code", "run_summary"} <= rules, rules
+    assert "snakemake.workflow" in proc.imported and "ar2dlm.pipeline.checks" in proc.imported  # the list is whole
+    assert not {m.split(".")[0] for m in proc.imported} & {"torch", "transformers", "trl", "peft", "datasets"}
 
 
-def test_paper_dry_run_lists_every_model(dry_run):
-    proc = dry_run(preset="paper")
+def test_paper_dry_run_lists_every_model(preset_dry_run):
+    proc = preset_dry_run("paper")
     assert proc.returncode == 0, proc.stderr
     files = planned_files(proc.stdout)
     for model in ("qwen3_0_6b", "qwen3_1_7b", "qwen3_4b", "qwen3_8b"):

@@ -263,7 +263,7 @@ def test_every_collective_of_the_loop_runs_on_the_ranks_gpu(strict_nccl):
     the same values, so sums double and means stay)."""
     import time
 
-    from ar2dlm.methods.distillation import whole_batch_count
+    from ar2dlm.training.objectives.distillation import whole_batch_count
 
     with process_group() as pg:
         gpu = pg.device

@@ -17,7 +17,7 @@ TOY = "ar2dlm_toy_method"
 TOY_MODULE = '''
 """A toy method: masked diffusion plus a new loss term, the mean squared last hidden state at the
 masked positions, times a weight."""
-from ar2dlm.methods.mdlm import Diffusion
+from ar2dlm.training.objectives.diffusion import Diffusion
 from ar2dlm.methods.spec import Method, Term
 
 LIMIT = 10.0
@@ -211,7 +211,9 @@ def test_a_term_that_is_taken_or_incomplete_is_refused(toy):
     from ar2dlm.methods.registry import import_methods
     from ar2dlm.methods.spec import Term
 
-    header = "from ar2dlm.methods.mdlm import Diffusion\nfrom ar2dlm.methods.spec import Method, Term\n"
+    header = (
+        "from ar2dlm.training.objectives.diffusion import Diffusion\nfrom ar2dlm.methods.spec import Method, Term\n"
+    )
     for i, (body, words) in enumerate(
         [
             ('TERM = Term(key="align", noun="x", schema={}, loss=lambda *a: 0)', "'align' is taken"),

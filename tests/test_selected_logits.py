@@ -7,8 +7,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ar2dlm.core.conventions import Conventions
 from ar2dlm.core.diffusion import chunked_rows, diffusion_loss, forward_aligned, noise, selected_nll, token_nll
-from ar2dlm.methods.mdlm import Diffusion
 from ar2dlm.training.data import MicroBatch
+from ar2dlm.training.objectives.diffusion import Diffusion
 
 MASK, V = 63, 64
 CONVS = {

@@ -77,14 +77,16 @@ def test_no_import_loop_in_the_package():
 # the library never reaches up into the pipeline that drives it (paths and settings are passed in).
 # The root (the package's own __init__ and the provenance helpers) is below everything; ``plan``
 # sizes the jobs ``pipeline`` lists, and ``reporting`` reads what the pipeline's layout names.
-# ``methods`` shares the training layer: the trainer asks the method registry for a run's objective,
-# and the methods build on the training loop's base classes.
+# ``methods`` sits below ``training``: a method declares itself (settings, checks, planner hooks) and
+# names its objective by import path, which the trainer imports; the pipeline reads the declarations
+# without torch.
 LAYERS = (
     "",
     "provenance",
     "core",
     "data",
-    ("training", "methods"),
+    "methods",
+    "training",
     "evaluation",
     "armap",
     "pipeline",

@@ -14,10 +14,10 @@ import torch
 from safetensors.torch import load_file
 
 from ar2dlm.core.models import build_qwen3, save_model
-from ar2dlm.methods.distillation import on_policy_state, rollout_decoding, teacher_targets
 from ar2dlm.pipeline.config import merge_preset
 from ar2dlm.pipeline.resolved import resolve
 from ar2dlm.provenance import write_jsonl
+from ar2dlm.training.objectives.distillation import on_policy_state, rollout_decoding, teacher_targets
 from ar2dlm.training.teacher import ar_conventions
 from ar2dlm.training.trainer import run_conventions, train_run
 from tests.conftest import REPO
@@ -243,7 +243,7 @@ def test_kill_and_resume_matches_an_uninterrupted_run(setup, tmp_path):
 
 
 def test_nan_loss_stops_without_overwriting_the_last_checkpoint(setup, tmp_path, monkeypatch):
-    from ar2dlm.methods.mdlm import Diffusion
+    from ar2dlm.training.objectives.diffusion import Diffusion
 
     run = run_cfg("mdlm", steps=8)
     train(setup, run, tmp_path / "clean")
@@ -442,7 +442,7 @@ def test_two_process_fsdp_rolls_out_on_policy_and_keeps_frozen_parameters(setup,
 
 
 def test_divergences():
-    from ar2dlm.methods.distillation import divergence
+    from ar2dlm.training.objectives.distillation import divergence
 
     torch.manual_seed(0)
     t, s = torch.randn(5, 11), torch.randn(5, 11)

@@ -29,7 +29,7 @@ last checkpoint there (:mod:`ar2dlm.armap.segments`), so a job killed at its tim
 planned in segments (``stop_after_hours``), continues where it stopped.
 
 Full DPO on several GPUs (``train_dpo_sharded``, launched by torchrun like a conversion) runs in the
-project's own FSDP2 trainer with the DPO objective (``ar2dlm.methods.dpo.Preference``, the method
+project's own FSDP2 trainer with the DPO objective (``ar2dlm.training.objectives.preference.Preference``, the method
 registry's home of every training objective): policy and frozen reference sharded across the
 processes, checkpoints resumable on any number of them; the exported folder carries the same
 provenance as TRL's path.

@@ -7,12 +7,7 @@ from __future__ import annotations
 
 import math
 
-import torch
-import torch.nn.functional as F
-
-from ..core.conventions import Conventions
-from ..core.diffusion import NoisedBatch
-from .spec import StepOutputs, Term
+from .spec import Term
 
 # Open-dLLM's public code: lambda 10, cosine, every layer.
 ALIGN_DEFAULTS = {"lambda": 10.0, "metric": "cos", "layers": "all"}
@@ -47,54 +42,6 @@ def layer_indices(spec, n_layers: int) -> list[int]:
     }[spec]
 
 
-def alignment_positions(batch: NoisedBatch, shift: bool) -> torch.Tensor:
-    """Positions whose hidden states are aligned: the masked ones, or (with shift) the position
-    before each masked token, which is where its prediction is read (Open-dLLM)."""
-    if not shift:
-        return batch.masked
-    pos = torch.zeros_like(batch.masked)
-    pos[:, :-1] = batch.masked[:, 1:]
-    return pos
-
-
-def alignment_loss(
-    student_hidden,
-    teacher_hidden,
-    where: torch.Tensor,
-    layers: list[int],
-    metric: str,
-    total: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Mean over layers and selected positions of 1 - cos (or the mean squared difference);
-    ``total``: the number of selected positions of the whole batch when ``where`` selects one
-    process's share (the sum over processes is then the whole batch's mean)."""
-    if not where.any():
-        return student_hidden[0].sum() * 0.0
-    terms = []
-    for layer in layers:
-        s, t = student_hidden[layer][where].float(), teacher_hidden[layer][where].float()
-        if total is None:
-            terms.append((1 - F.cosine_similarity(s, t, dim=-1)).mean() if metric == "cos" else (s - t).pow(2).mean())
-        else:
-            per = 1 - F.cosine_similarity(s, t, dim=-1) if metric == "cos" else (s - t).pow(2).mean(-1)
-            terms.append(per.sum() / total.clamp(min=1))
-    return torch.stack(terms).mean()
-
-
-def align_loss(run: dict, conv: Conventions, step: StepOutputs) -> torch.Tensor:
-    """lambda * alignment between the student's hidden states (the noisy copy's, under block
-    attention) and the causal teacher's on the clean tokens."""
-    hs = step.student.hidden_states
-    if conv.attention == "block":
-        hs = [h[:, step.batch.clean.shape[1] :] for h in hs]
-    layers = layer_indices(run["align"]["layers"], len(hs) - 1)
-    where = alignment_positions(step.batch, conv.shift)
-    total = step.whole_count(lambda b: alignment_positions(b, conv.shift))
-    return run["align"]["lambda"] * alignment_loss(
-        hs, step.teacher().hidden_states, where, layers, run["align"]["metric"], total
-    )
-
-
 def layer_problems(run: dict, config: dict):
     """Aligned layers that a model of the run does not have."""
     layers = run["align"]["layers"]
@@ -124,7 +71,7 @@ TERM = Term(
     noun="an alignment term",
     defaults=ALIGN_DEFAULTS,
     schema=SCHEMA,
-    loss=align_loss,
+    loss="ar2dlm.training.objectives.alignment:align_loss",
     active=lambda run: run["align"]["lambda"] > 0,
     teacher="decoder",
     student_hidden=True,

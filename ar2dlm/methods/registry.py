@@ -9,7 +9,7 @@ is read when the config names it (``methods: [my_pkg.my_term]``, importable from
 
     # my_pkg/my_term.py
     from ar2dlm.methods.spec import Term
-    TERM = Term(key="my_term", noun="my term", schema={...}, defaults={...}, loss=my_loss)
+    TERM = Term(key="my_term", noun="my term", schema={...}, defaults={...}, loss="my_pkg.my_loss:my_loss")
 
 A resolved run records the modules outside the package its method and terms come from
 (``method_modules``), so a training job that receives only the run's settings imports them too."""
@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from ..data.token_rows import row_layout
 from ..provenance import deep_merge
-from .spec import ComposedObjective, Method, Part, Term, teacher_reads
+from .spec import Method, Part, Term, load, teacher_reads
 
 # The settings every run has, whatever its method: the diffusion conventions, the data and the
 # frozen module groups (a method's defaults and a run's own keys go over them).
@@ -136,10 +136,6 @@ class Composition(NamedTuple):
     main: Part
     added: list[Term]
 
-    @property
-    def objective(self) -> type:
-        return self.main.objective
-
 
 def compose(run: dict) -> Composition:
     spec = method(run["method"])
@@ -151,8 +147,8 @@ def compose(run: dict) -> Composition:
         )
     main = bringing[0] if bringing else spec
     added = [t for t in named if t.loss is not None and t.active(run)]
-    if added and not issubclass(main.objective, ComposedObjective):
-        raise SettingsError(added[0].key, f"{main.objective.__name__} ({spec.name}) takes no added loss terms")
+    if added and not main.takes_terms:
+        raise SettingsError(added[0].key, f"the objective of {main} takes no added loss terms")
     return Composition(spec, main, added)
 
 
@@ -170,7 +166,7 @@ def step_length(run: dict) -> int:
 def teacher_of(run: dict) -> tuple[bool, bool]:
     """(reads a frozen teacher, reads its logits) of a run's objective and added terms."""
     c = compose(run)
-    return teacher_reads(c.objective, c.added)
+    return teacher_reads([c.main.teacher, *(t.teacher for t in c.added)])
 
 
 def training_data(run: dict, prompt_sets: dict) -> tuple[str, str]:
@@ -196,9 +192,15 @@ def problems(run: dict, config: dict):
 
 def objective_for(run: dict, conv, seed: int):
     """The objective a run's settings compose (the trainer's one entry): its method's, or that of a
-    term that brings one, with the active added terms riding on it."""
+    term that brings one, with the active added terms riding on it. The objective's class is
+    imported here, and must read of the teacher what its declaration says (the planner counted that)."""
     import_methods(run.get("method_modules", []))
     c = compose(run)
-    if issubclass(c.objective, ComposedObjective):
-        return c.objective(run, conv, seed, c.added)
-    return c.objective(run, conv, seed)
+    cls = load(c.main.objective)
+    declared = teacher_reads([c.main.teacher])
+    if (cls.needs_teacher, cls.teacher_head) != declared:
+        raise ValueError(
+            f"{c.main} declares teacher={c.main.teacher!r}, but its objective {cls.__name__} reads "
+            f"(needs_teacher, teacher_head) = {(cls.needs_teacher, cls.teacher_head)}"
+        )
+    return cls(run, conv, seed, c.added) if c.main.takes_terms else cls(run, conv, seed)

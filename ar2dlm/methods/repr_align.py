@@ -2,12 +2,12 @@
 bidirectional attention."""
 
 from .alignment import ALIGN_DEFAULTS
-from .mdlm import Diffusion
+from .mdlm import DIFFUSION
 from .spec import Method
 
 METHOD = Method(
     name="repr_align",
-    objective=Diffusion,
+    objective=DIFFUSION,
     defaults={"align": ALIGN_DEFAULTS},
     requires=("align",),
     description="masked diffusion plus alignment to the frozen causal teacher's hidden states",

@@ -10,24 +10,34 @@ are merged over the term's defaults. An added term contributes a named loss to t
 the student's own decoding states, so it replaces the masked-diffusion loss), and terms of the
 first kind ride on it.
 
-The planner's hooks take plain numbers and the planner's own objects (``Shape``, ``Launch``,
-``Sizing`` of :mod:`ar2dlm.plan.memory`), read by attribute, so this package does not import the
-planner.
+The objective and an added term's loss are named by import path (``"module:attribute"``, or the
+object itself), imported only when a training step is built (:func:`load`): reading a config,
+checking it and planning its jobs imports no torch. The planner's hooks take plain numbers and the
+planner's own objects (``Shape``, ``Launch``, ``Sizing`` of :mod:`ar2dlm.plan.memory`), read by
+attribute, so this package does not import the planner.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cache
-from typing import Any, NamedTuple
-
-import torch
-
-from ..core.diffusion import NoisedBatch
-from ..training.objective import Objective
+from typing import Any
 
 TEACHER_READS = (None, "decoder", "head")  # nothing; hidden states (the decoder alone is loaded); logits too
+
+
+def load(ref: str | Any) -> Any:
+    """The object an import path ``"package.module:attribute"`` names (an object is itself)."""
+    if not isinstance(ref, str):
+        return ref
+    module, sep, attr = ref.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"{ref!r} is not an import path of the form 'package.module:attribute'")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"{ref!r} names nothing importable: {exc}") from exc
 
 
 def _no_problems(run: dict, config: dict) -> Iterable[tuple[str, str]]:
@@ -60,7 +70,10 @@ class Part:
     rather than FLOPs (an on-policy rollout). ``training_data(run, prompt_sets)``: of the part that
     gives a run its objective, the (source, selection) of its token rows (``layout.token_rows_dir``);
     None: the run's ``data`` cut, every document. ``positions(run)``: the longest row a step trains
-    on when it can exceed ``training.seq_len`` (an on-policy rollout after its prompt); None: it cannot."""
+    on when it can exceed ``training.seq_len`` (an on-policy rollout after its prompt); None: it cannot.
+    ``teacher``: what the part reads of the frozen teacher (``TEACHER_READS``): an added term's loss,
+    or the objective a method or term brings (the objective class says the same, checked when it
+    is built)."""
 
     defaults: dict = field(default_factory=dict)
     description: str = ""
@@ -70,19 +83,30 @@ class Part:
     decode_seconds: Callable[[Any, dict, Any, dict], float] = _no_decoding
     training_data: Callable[[dict, dict], tuple[str, str]] | None = None
     positions: Callable[[dict], int] | None = None
+    teacher: str | None = None
+
+    def __post_init__(self):
+        if self.teacher not in TEACHER_READS:
+            raise ValueError(f"{self}: teacher must be one of {TEACHER_READS}, not {self.teacher!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Method(Part):
-    """A method: its name (``runs.<name>.method``), its objective (an :class:`Objective` class,
-    constructed as ``objective(run, conv, seed, added_terms)`` when it is a :class:`ComposedObjective`,
-    else ``objective(run, conv, seed)``), the loss terms it cannot go without, and whether a
-    conversion run of the config may name it (DPO trains on preference pairs; AR-MAP runs it)."""
+    """A method: its name (``runs.<name>.method``), its objective (an
+    :class:`~ar2dlm.training.objective.Objective` class or its import path, constructed as
+    ``objective(run, conv, seed, added_terms)`` when it takes added loss terms (``takes_terms``: a
+    ``ComposedObjective``), else ``objective(run, conv, seed)``), the loss terms it cannot go without,
+    and whether a conversion run of the config may name it (DPO trains on preference pairs; AR-MAP
+    runs it)."""
 
     name: str
-    objective: type[Objective]
+    objective: str | type
+    takes_terms: bool = True
     requires: tuple[str, ...] = ()
     conversion: bool = True
+
+    def __str__(self) -> str:
+        return f"method {self.name!r}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,64 +114,33 @@ class Term(Part):
     """A loss term under config key ``key``: ``noun`` names it in errors ("an alignment term"),
     ``schema`` is the JSON schema of its options (the config schema's ``runs.*.<key>``), and exactly
     one of ``loss`` (an added term: ``loss(run, conv, outputs: StepOutputs)``, a scalar normalised
-    by whole-micro-batch counts, logged under ``key``) and ``objective`` (a
-    :class:`ComposedObjective` class the term brings). ``active(run)``: whether a run that names
-    the term computes it (alignment with lambda 0 does not). ``teacher``: what the term reads of the
-    frozen teacher (``TEACHER_READS``); ``student_hidden``: whether it reads the student's hidden
-    states."""
+    by whole-micro-batch counts, logged under ``key``) and ``objective`` (a ``ComposedObjective``
+    class the term brings), each the object or its import path. ``active(run)``: whether a run that
+    names the term computes it (alignment with lambda 0 does not); ``student_hidden``: whether it
+    reads the student's hidden states."""
 
     key: str
     noun: str
     schema: dict
-    loss: Callable[[dict, Any, StepOutputs], torch.Tensor] | None = None
-    objective: type[Objective] | None = None
+    loss: str | Callable | None = None
+    objective: str | type | None = None
     active: Callable[[dict], bool] = lambda run: True
-    teacher: str | None = None
     student_hidden: bool = False
+    takes_terms = True  # the objective a term brings is a ComposedObjective
 
     def __post_init__(self):
+        super().__post_init__()
         if (self.loss is None) == (self.objective is None):
             raise ValueError(
                 f"loss term {self.key!r} needs exactly one of loss (a term added to the run's objective) "
                 "and objective (the objective it brings)"
             )
-        if self.teacher not in TEACHER_READS:
-            raise ValueError(f"loss term {self.key!r}: teacher must be one of {TEACHER_READS}, not {self.teacher!r}")
+
+    def __str__(self) -> str:
+        return f"loss term {self.key!r}"
 
 
-class StepOutputs(NamedTuple):
-    """What an added loss term reads of a step: this process's rows of the noised batch, the
-    student's outputs on them (hidden states when a term asked for them), ``teacher()``: the frozen
-    teacher's outputs on the clean tokens with hidden states (run once, on first call), and
-    ``whole_count(select)``: the whole micro-batch's count of positions ``select(NoisedBatch)``
-    marks, the normaliser of this process's share (None with one process)."""
-
-    batch: NoisedBatch
-    student: Any
-    teacher: Callable[[], Any]
-    whole_count: Callable[[Callable[[NoisedBatch], torch.Tensor]], torch.Tensor | None]
-
-
-def teacher_reads(objective: type[Objective], added: Iterable[Term]) -> tuple[bool, bool]:
-    """(needs a teacher, needs its head) of an objective class with added terms."""
-    added = list(added)
-    return (
-        objective.needs_teacher or any(t.teacher is not None for t in added),
-        objective.teacher_head or any(t.teacher == "head" for t in added),
-    )
-
-
-class ComposedObjective(Objective):
-    """An objective that added loss terms ride on: it computes its own loss, then each added term's
-    from the step's outputs (``added_terms``), each scaled like its own by the number of processes."""
-
-    def __init__(self, run: dict, conv, seed: int, added: Iterable[Term] = ()):
-        super().__init__(run, conv, seed)
-        self.added = tuple(added)
-        self.needs_teacher, self.teacher_head = teacher_reads(type(self), self.added)
-        self.student_hidden = any(t.student_hidden for t in self.added)
-        self.teacher_hidden = any(t.teacher is not None for t in self.added)
-
-    def added_terms(self, outputs: StepOutputs, world: int) -> dict[str, torch.Tensor]:
-        outputs = outputs._replace(teacher=cache(outputs.teacher))
-        return {t.key: t.loss(self.run, self.conv, outputs) * world for t in self.added}
+def teacher_reads(reads: Iterable[str | None]) -> tuple[bool, bool]:
+    """(needs a teacher, needs its head) of what an objective and its added terms read of it."""
+    reads = list(reads)
+    return any(r is not None for r in reads), "head" in reads

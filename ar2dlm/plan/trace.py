@@ -61,7 +61,7 @@ class Traced:
 
 
 def _rollout_at_its_largest(prompt_len: int, after_forward):
-    """A stand-in for ``methods.distillation.on_policy_state`` with the memory of its largest moments:
+    """A stand-in for ``training.objectives.distillation.on_policy_state`` with the memory of its largest moments:
     the gathered student's prefill of ``prompt_len``-token prompts (every position's logits, as the
     sampler computes them) and, with the KV cache grown to all but the last block of the rollout (a
     forward that keeps one position's logits), the sampler's step of the last block. Returns the

@@ -1,14 +1,21 @@
 """The interface between the training loop and a method: :class:`Objective`. The trainer asks it
 whether a frozen teacher is needed, which corpus documents are trained on, the loss terms of a
 micro-batch and the tokens a step trains on; it never branches on a method or a loss term's name.
-The methods themselves live in :mod:`ar2dlm.methods`, one module each."""
+The methods declare themselves in :mod:`ar2dlm.methods`, one module each; their objectives live in
+:mod:`ar2dlm.training.objectives`."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from functools import cache
+from typing import Any, NamedTuple
 
 import torch
 
 from ..core.attention import position_ids
 from ..core.conventions import Conventions
+from ..core.diffusion import NoisedBatch
+from ..methods.spec import Term, load, teacher_reads
 from .data import MicroBatch
 
 
@@ -71,3 +78,38 @@ class Objective:
     def trained_tokens(self, mb: MicroBatch, step: int) -> int:
         """Tokens the whole micro-batch trains on."""
         return int(mb.valid.sum())
+
+
+def reads(objective: type[Objective]) -> str | None:
+    """What an objective class reads of the frozen teacher, in the methods' words (``TEACHER_READS``)."""
+    return "head" if objective.teacher_head else "decoder" if objective.needs_teacher else None
+
+
+class StepOutputs(NamedTuple):
+    """What an added loss term reads of a step: this process's rows of the noised batch, the
+    student's outputs on them (hidden states when a term asked for them), ``teacher()``: the frozen
+    teacher's outputs on the clean tokens with hidden states (run once, on first call), and
+    ``whole_count(select)``: the whole micro-batch's count of positions ``select(NoisedBatch)``
+    marks, the normaliser of this process's share (None with one process)."""
+
+    batch: NoisedBatch
+    student: Any
+    teacher: Callable[[], Any]
+    whole_count: Callable[[Callable[[NoisedBatch], torch.Tensor]], torch.Tensor | None]
+
+
+class ComposedObjective(Objective):
+    """An objective that added loss terms ride on: it computes its own loss, then each added term's
+    from the step's outputs (``added_terms``), each scaled like its own by the number of processes."""
+
+    def __init__(self, run: dict, conv, seed: int, added: Iterable[Term] = ()):
+        super().__init__(run, conv, seed)
+        self.added = tuple(added)
+        self.losses = {t.key: load(t.loss) for t in self.added}
+        self.needs_teacher, self.teacher_head = teacher_reads([reads(type(self)), *(t.teacher for t in self.added)])
+        self.student_hidden = any(t.student_hidden for t in self.added)
+        self.teacher_hidden = any(t.teacher is not None for t in self.added)
+
+    def added_terms(self, outputs: StepOutputs, world: int) -> dict[str, torch.Tensor]:
+        outputs = outputs._replace(teacher=cache(outputs.teacher))
+        return {key: loss(self.run, self.conv, outputs) * world for key, loss in self.losses.items()}

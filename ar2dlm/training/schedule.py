@@ -1,12 +1,11 @@
 """Learning-rate schedule and mixed-precision context of the training loop (``loop``: conversion
-runs and the AR teacher's pretraining)."""
+runs and the AR teacher's pretraining). The config checks read ``warmup_misfit``: torch is imported
+where a step needs it, not when a config is read."""
 
 from __future__ import annotations
 
 import contextlib
 import math
-
-import torch
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int, floor: float = 0.1) -> float:
@@ -23,6 +22,8 @@ def autocast(dtype: str, device_type: str):
     if dtype not in ("fp32", "bf16"):
         raise ValueError(f"autocast takes a resolved dtype (fp32 or bf16), not {dtype!r}")
     if dtype == "bf16":
+        import torch
+
         return torch.autocast(device_type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
