@@ -227,3 +227,24 @@ def test_a_term_that_is_taken_or_incomplete_is_refused(toy):
             import_methods([f"taken_{i}"])
     with pytest.raises(ValueError, match="exactly one of loss"):
         Term(key="nothing", noun="x", schema={})
+
+
+def test_an_objective_unlike_its_declaration_is_refused_when_built(monkeypatch):
+    """A method's declaration is what the planner and the config checks read without importing its
+    objective: the objective built for training must read the teacher and take added terms as declared."""
+    from ar2dlm.core.conventions import Conventions
+    from ar2dlm.methods import registry
+    from ar2dlm.methods.spec import Method
+    from ar2dlm.pipeline.resolved import resolve
+
+    run = resolve(smoke_with({})).runs["mdlm"].as_dict()
+    conv = Conventions(run["attention"], run["shift"], 5, 1, 2, run["block_size"])
+    diffusion = "ar2dlm.training.objectives.diffusion:Diffusion"
+    for declared, words in [
+        (Method(name="mdlm", objective=diffusion, teacher="head"), "declares teacher='head'"),
+        (Method(name="mdlm", objective=diffusion, takes_terms=False), "is a ComposedObjective"),
+        (Method(name="mdlm", objective="ar2dlm.training.objectives.diffusion:Nothing"), "names nothing importable"),
+    ]:
+        monkeypatch.setitem(registry.METHODS, "mdlm", declared)
+        with pytest.raises(ValueError, match=words):
+            registry.objective_for(run, conv, 0)

@@ -193,7 +193,8 @@ def problems(run: dict, config: dict):
 def objective_for(run: dict, conv, seed: int):
     """The objective a run's settings compose (the trainer's one entry): its method's, or that of a
     term that brings one, with the active added terms riding on it. The objective's class is
-    imported here, and must read of the teacher what its declaration says (the planner counted that)."""
+    imported here, and must be what its declaration says: what it reads of the teacher (the planner
+    counted that) and whether added terms ride on it (a ``ComposedObjective``, with ``added_terms``)."""
     import_methods(run.get("method_modules", []))
     c = compose(run)
     cls = load(c.main.objective)
@@ -202,5 +203,10 @@ def objective_for(run: dict, conv, seed: int):
         raise ValueError(
             f"{c.main} declares teacher={c.main.teacher!r}, but its objective {cls.__name__} reads "
             f"(needs_teacher, teacher_head) = {(cls.needs_teacher, cls.teacher_head)}"
+        )
+    if hasattr(cls, "added_terms") != c.main.takes_terms:
+        raise ValueError(
+            f"{c.main} declares takes_terms={c.main.takes_terms}, but its objective {cls.__name__} "
+            f"{'is' if hasattr(cls, 'added_terms') else 'is not'} a ComposedObjective"
         )
     return cls(run, conv, seed, c.added) if c.main.takes_terms else cls(run, conv, seed)
