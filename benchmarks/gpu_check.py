@@ -10,8 +10,11 @@ tokenizer trained on the synthetic corpus, a few layers pretrained for a few ste
 its predictions depend on their context: ``SIZES``), so what it checks is that each path runs on the
 device and computes what its reference computes, not model quality.
 
-Each check is one assertion with its tolerance. The table printed at the end (and ``--out``, as
-JSON) gives every check's PASS / FAIL / SKIP, the measured values, the criterion and its seconds;
+Each check is one assertion with its tolerance, judged twice: on the measured value and on that value
+altered (numbers moved by half, tensors by a tenth of their spread, a token added, a bound's failing
+side); a comparison that passes the altered value too could pass anything, and fails the check. The
+table printed at the end (and ``--out``, as JSON) gives every check's PASS / FAIL / SKIP, the measured
+values, the criterion, the verdict on the altered value (FAIL where the comparison can fail) and its seconds;
 the exit status is 1 when any check fails or is not reached (an exception, a missing input, the
 time budget spent). SKIP only on a CPU, for what a CPU cannot run (``Stage.cpu_skip``).
 
@@ -173,6 +176,9 @@ class Result:
     measured: str
     criterion: str
     seconds: float
+    # the check's comparison judged on its value altered (``Context.judge``): FAIL is what a comparison
+    # able to fail gives; "" for a check that compares no value
+    altered: str = ""
 
 
 @dataclass
@@ -209,30 +215,38 @@ class Context:
             raise Missing(f"not run: needs {key}: {why}")
         return self.artifacts[key]
 
-    def expect(self, check: str, ok: bool, measured: str, criterion: str) -> None:
+    def expect(self, check: str, ok: bool, measured: str, criterion: str, altered: str = "") -> None:
         self.results[check] = Result(
-            check, self.stage, "PASS" if ok else "FAIL", measured, criterion, round(time.time() - self.stage_start, 1)
+            check,
+            self.stage,
+            "PASS" if ok else "FAIL",
+            measured,
+            criterion,
+            round(time.time() - self.stage_start, 1),
+            altered,
         )
         print(f"[{self.results[check].status}] {check}: {measured} ({criterion})", flush=True)
 
-    def perturb(self, check: str, value, altered=None):
-        """``value`` as measured, or altered when ``--inject-failure`` names ``check`` (to show that its
-        comparison fails): ``altered(value)`` where given (a bound's failing side), else tensors shifted by
-        a tenth of their spread, numbers by half, token lists by one token."""
-        if self.inject not in (check, "all"):
-            return value
-        import torch
-
-        self.perturbed.add(check)
-        if altered is not None:
-            return altered(value)
-        if isinstance(value, dict):
-            return {k: v + 0.1 * (v.std() + 1e-3) if torch.is_floating_point(v) else v for k, v in value.items()}
-        if isinstance(value, list) and value and isinstance(value[0], list):
-            return [[value[0][0] + 1, *value[0][1:]], *value[1:]]
-        if isinstance(value, list):
-            return [x * 1.5 + 1.0 for x in value]
-        return value * 1.5 + 1.0
+    def judge(
+        self,
+        check: str,
+        value,
+        compare: Callable[[object], tuple[bool, str]],
+        criterion: str,
+        altered: Callable | None = None,
+    ) -> None:
+        """Report ``check`` from ``compare(value)`` (whether it passes, what was measured), judged twice:
+        on ``value`` and on ``value`` altered (``alter``). A comparison that passes the altered value too
+        could pass anything, so the check fails; every run shows each comparison able to fail. With
+        ``--inject-failure`` naming the check (or ``all``) the altered verdict is the check's."""
+        ok, measured = compare(value)
+        ok_altered, measured_altered = compare(alter(value, altered))
+        if self.inject in (check, "all"):
+            self.perturbed.add(check)
+            ok, measured = ok_altered, measured_altered
+        elif ok and ok_altered:
+            ok, measured = False, f"{measured}; its comparison passes an altered value too ({measured_altered})"
+        self.expect(check, ok, measured, criterion, "PASS" if ok_altered else "FAIL")
 
     def fail_unreported(self, checks, reason: str) -> None:
         for check in checks:
@@ -253,6 +267,23 @@ class Context:
             traceback.print_exc()
             reason = describe(exc)
         self.fail_unreported(checks, reason)
+
+
+def alter(value, altered: Callable | None = None):
+    """``value`` altered so that a sound comparison of it fails: ``altered(value)`` where given (a bound's
+    failing side), else tensors shifted by a tenth of their spread, numbers by half, token lists by one
+    more token."""
+    if altered is not None:
+        return altered(value)
+    import torch
+
+    if isinstance(value, dict):
+        return {k: v + 0.1 * (v.std() + 1e-3) if torch.is_floating_point(v) else v for k, v in value.items()}
+    if isinstance(value, list) and value and isinstance(value[0], list):
+        return [[*value[0], -1], *value[1:]]  # the first response one (impossible) token longer
+    if isinstance(value, list):
+        return [x * 1.5 + 1.0 for x in value]
+    return value * 1.5 + 1.0
 
 
 def describe(exc: BaseException) -> str:
@@ -454,19 +485,21 @@ def check_rollouts(ctx: Context) -> None:
     params = sum(t.numel() for t in final_weights(out).values())  # tied weights once, as the FLOP count
     # the rollout FLOPs the trainer logs are 2 x parameters x positions run through the student
     bounds = [rollout_token_bounds(run, r["tokens"]) for r in log]
-    positions = ctx.perturb(
+    finite = all(math.isfinite(r["distill"]) for r in log)
+
+    def compare(positions):
+        ok = all(lo <= p <= hi for p, (lo, hi) in zip(positions, bounds)) and finite
+        return ok, f"{len(log)} steps, rollout positions per step " + ", ".join(
+            f"{p:.0f} in [{lo}, {hi}]" for p, (lo, hi) in zip(positions, bounds)
+        )
+
+    ctx.judge(
         "on_policy_rollouts",
         [r["flops_rollout"] / (2 * params) for r in log],
-        altered=lambda ps: [p + hi for p, (_, hi) in zip(ps, bounds)],  # a count that runs past the bound
-    )
-    ok = all(lo <= p <= hi for p, (lo, hi) in zip(positions, bounds)) and all(math.isfinite(r["distill"]) for r in log)
-    ctx.expect(
-        "on_policy_rollouts",
-        ok,
-        f"{len(log)} steps, rollout positions per step "
-        + ", ".join(f"{p:.0f} in [{lo}, {hi}]" for p, (lo, hi) in zip(positions, bounds)),
+        compare,
         "each opdlm step's rollout FLOPs / (2 x parameters) within the positions its sampler can run "
         "(its prompts and tokens once; at most block_size steps a block), and its distill term finite",
+        altered=lambda ps: [p + hi for p, (_, hi) in zip(ps, bounds)],  # a count that runs past the bound
     )
 
 
@@ -511,26 +544,32 @@ def check_training(ctx: Context, family: str, info: dict, out: Path, run: dict, 
     init, trained = weights(ctx.need("teacher")), final_weights(out)
     moved = max(float((trained[k] - init[k]).abs().max()) for k in init if k in trained)
     dtype = info["versions"]["machine"].get("dtype")
-    ok = [r["step"] for r in log] == list(range(steps)) and finite and moved > 0 and dtype == ctx.train_dtype
-    measured = f"{len(log)} steps, loss {log[0]['loss']:.4f} -> {log[-1]['loss']:.4f}, max |dW| {moved:.2e}, {dtype}"
+    sound = [r["step"] for r in log] == list(range(steps)) and finite and moved > 0 and dtype == ctx.train_dtype
     terms = "+".join(TERMS[family])
     criterion = f"{steps} logged steps; loss, grad norm and {terms} finite; weights moved; {ctx.train_dtype}"
+    late = [r["loss"] for r in log[len(log) // 2 :]]
     if family in REFERENCED:
-        tol = FIRST_LOSS_TOL[family]
-        criterion += f"; first loss within {tol:g} relative of fp32 on the CPU"
-        if isinstance(reference, str) or reference is None:
-            ok, measured = False, f"{measured}; {reference or 'no fp32 CPU reference'}"
-        else:
-            diff = abs(ctx.perturb(f"train_{family}", log[0]["loss"]) - reference) / abs(reference)
-            ok = ok and diff <= tol
-            measured += f"; fp32 CPU first loss {reference:.4f} ({diff:.1e})"
+        criterion += f"; first loss within {FIRST_LOSS_TOL[family]:g} relative of fp32 on the CPU"
     if family == "opdlm":  # on-policy: each step's batch is its own rollouts, so the loss must fall
-        late = [r["loss"] for r in log[len(log) // 2 :]]
-        fall = sum(late) / len(late) / log[0]["loss"]
-        ok = ok and fall <= OPD_LOSS_FALL
         criterion += f"; mean loss of the last {len(late)} steps at most {OPD_LOSS_FALL:g} of the first"
-        measured += f"; last {len(late)} steps' mean / first {fall:.2f}"
-    ctx.expect(f"train_{family}", ok, measured, criterion)
+
+    def compare(first: float) -> tuple[bool, str]:
+        ok = sound
+        measured = f"{len(log)} steps, loss {first:.4f} -> {log[-1]['loss']:.4f}, max |dW| {moved:.2e}, {dtype}"
+        if family in REFERENCED:
+            if isinstance(reference, str) or reference is None:
+                ok, measured = False, f"{measured}; {reference or 'no fp32 CPU reference'}"
+            else:
+                diff = abs(first - reference) / abs(reference)
+                ok = ok and diff <= FIRST_LOSS_TOL[family]
+                measured += f"; fp32 CPU first loss {reference:.4f} ({diff:.1e})"
+        if family == "opdlm":
+            fall = sum(late) / len(late) / first
+            ok = ok and fall <= OPD_LOSS_FALL
+            measured += f"; last {len(late)} steps' mean / first {fall:.2f}"
+        return ok, measured
+
+    ctx.judge(f"train_{family}", log[0]["loss"], compare, criterion)
 
 
 def resume_stage(ctx: Context) -> None:
@@ -541,24 +580,33 @@ def resume_stage(ctx: Context) -> None:
     killed_at = kill_after_checkpoint(ctx, run, out, first)
     info = convert(ctx, run, out)
     loss_tol, weight_tol = RESUME_TOL[ctx.device]
-    resumed = [r["loss"] for r in run_log(out)]
-    loss_diff = max_rel(ctx.perturb("resume_losses", resumed), [r["loss"] for r in run_log(straight)])
+    straight_losses = [r["loss"] for r in run_log(straight)]
     ok = info["resumed_from"] == killed_at and [r["step"] for r in run_log(out)] == list(range(steps))
-    ctx.expect(
+
+    def compare_losses(resumed):
+        loss_diff = max_rel(resumed, straight_losses)
+        return ok and relative_within(loss_diff, loss_tol), (
+            f"killed after step {killed_at} of {steps}, resumed from {info['resumed_from']}, "
+            f"max loss difference {loss_diff:.2e}"
+        )
+
+    ctx.judge(
         "resume_losses",
-        ok and relative_within(loss_diff, loss_tol),
-        f"killed after step {killed_at} of {steps}, resumed from {info['resumed_from']}, "
-        f"max loss difference {loss_diff:.2e}",
+        [r["loss"] for r in run_log(out)],
+        compare_losses,
         f"resumes from the checkpoint it was killed after; every step logged once; losses within "
         f"{'bitwise' if loss_tol == 0 else f'{loss_tol:g} relative'} of the uninterrupted run",
     )
-    diff = weights_rel(
-        ctx.perturb("resume_weights", final_weights(out)), final_weights(straight), weights(ctx.need("teacher"))
-    )
-    ctx.expect(
+    want, init = final_weights(straight), weights(ctx.need("teacher"))
+
+    def compare_weights(got):
+        diff = weights_rel(got, want, init)
+        return relative_within(diff, weight_tol), f"relative difference {diff:.2e}"
+
+    ctx.judge(
         "resume_weights",
-        relative_within(diff, weight_tol),
-        f"relative difference {diff:.2e}",
+        final_weights(out),
+        compare_weights,
         "final weights "
         + ("bitwise equal to" if weight_tol == 0 else f"within {weight_tol:g} of the training's change of")
         + " the uninterrupted run's",
@@ -625,13 +673,16 @@ def two_process_stage(ctx: Context) -> None:
         raise RuntimeError(f"torchrun with two processes failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     convert(ctx, run, one)
     loss_tol, weight_tol = TWO_PROCESS_TOL[ctx.device]
-    diff = max_rel(
-        ctx.perturb("two_process_equals_one", [r["loss"] for r in run_log(two)]), [r["loss"] for r in run_log(one)]
-    )
-    ctx.expect(
+    one_losses = [r["loss"] for r in run_log(one)]
+
+    def compare_losses(two_losses):
+        diff = max_rel(two_losses, one_losses)
+        return relative_within(diff, loss_tol), f"max loss difference {diff:.2e}"
+
+    ctx.judge(
         "two_process_equals_one",
-        relative_within(diff, loss_tol),
-        f"max loss difference {diff:.2e}",
+        [r["loss"] for r in run_log(two)],
+        compare_losses,
         f"two gloo processes (FSDP2, fp32) log the losses of one process on {ctx.device} within {loss_tol:g} relative",
     )
     k, steps = run["training"]["checkpoint_every"], run["training"]["steps"]
@@ -640,14 +691,19 @@ def two_process_stage(ctx: Context) -> None:
     for step in range(k + 1, steps + 1):
         shutil.rmtree(cut / f"step_{step}", ignore_errors=True)
     info = convert(ctx, run, cut)
-    loss_diff = max_rel([r["loss"] for r in run_log(cut)][k:], [r["loss"] for r in run_log(one)][k:])
-    w_diff = weights_rel(
-        ctx.perturb("two_process_resumes_on_one", final_weights(cut)), final_weights(one), weights(ctx.need("teacher"))
-    )
-    ctx.expect(
+    loss_diff = max_rel([r["loss"] for r in run_log(cut)][k:], one_losses[k:])
+    want, init = final_weights(one), weights(ctx.need("teacher"))
+
+    def compare_resumed(got):
+        w_diff = weights_rel(got, want, init)
+        return info["resumed_from"] == k and loss_diff <= loss_tol and w_diff <= weight_tol, (
+            f"resumed from {info['resumed_from']}, max loss difference {loss_diff:.2e}, weights {w_diff:.2e}"
+        )
+
+    ctx.judge(
         "two_process_resumes_on_one",
-        info["resumed_from"] == k and loss_diff <= loss_tol and w_diff <= weight_tol,
-        f"resumed from {info['resumed_from']}, max loss difference {loss_diff:.2e}, weights {w_diff:.2e}",
+        final_weights(cut),
+        compare_resumed,
         f"the two-process checkpoint of step {k} resumes on one process on {ctx.device}: losses within "
         f"{loss_tol:g}, final weights within {weight_tol:g} of the training's change, of one process's run",
     )
@@ -670,30 +726,41 @@ def decode_stage(ctx: Context) -> None:
     full = Decoding(length, conv.block_size, threshold=0.9, stop_at_eos=False)
     cached, with_cache = generate_dlm(model, conv, prompts, full)
     plain, without = generate_dlm(model, conv, prompts, replace(full, use_cache=False))
-    cached = ctx.perturb("decode_block_cache", cached)
-    same = sum(a == b for x, y in zip(cached, plain) for a, b in zip(x, y))
-    ok = cached == plain and with_cache.forward_tokens < without.forward_tokens
-    ctx.expect(
+    fewer = with_cache.forward_tokens < without.forward_tokens
+
+    def compare_cached(tokens):
+        same = sum(a == b for x, y in zip(tokens, plain) for a, b in zip(x, y))
+        return tokens == plain and fewer, (
+            f"{same} of {sum(map(len, plain))} tokens equal; forward tokens {with_cache.forward_tokens} cached, "
+            f"{without.forward_tokens} recomputed ({len(prompts)} prompts, {length} tokens, block "
+            f"{conv.block_size}, fp64)"
+        )
+
+    ctx.judge(
         "decode_block_cache",
-        ok,
-        f"{same} of {sum(map(len, plain))} tokens equal; forward tokens {with_cache.forward_tokens} cached, "
-        f"{without.forward_tokens} recomputed ({len(prompts)} prompts, {length} tokens, block "
-        f"{conv.block_size}, fp64)",
+        cached,
+        compare_cached,
         "the same tokens with the exact block KV cache as with full recomputation, with fewer positions run",
     )
     to_eos = replace(full, stop_at_eos=True)
-    engine_dlm = ctx.perturb("decode_engine", DecodeEngine(model, conv).generate(prompts, to_eos)[0])
+    engine_dlm = DecodeEngine(model, conv).generate(prompts, to_eos)[0]
     want_dlm = generate_dlm(model, conv, prompts, to_eos)[0]
     teacher = load_model(ctx.need("teacher"), dtype=torch.float64, device=ctx.device)
     ar_conv = teacher.conventions
     engine_ar = DecodeEngine(teacher.model, ar_conv).generate(prompts, Decoding(length))[0]
     want_ar = generate_ar(teacher.model, teacher.tokenizer, prompts, Decoding(length), batch_size=len(prompts))
-    ctx.expect(
+
+    def compare_engine(dlm):
+        return dlm == want_dlm and engine_ar == want_ar, (
+            f"DLM {sum(a == b for a, b in zip(dlm, want_dlm))} of {len(prompts)} responses equal to the "
+            f"DynamicCache path's, AR {sum(a == b for a, b in zip(engine_ar, want_ar))} of {len(prompts)} equal "
+            "to transformers' generate (fp64, to end-of-text)"
+        )
+
+    ctx.judge(
         "decode_engine",
-        engine_dlm == want_dlm and engine_ar == want_ar,
-        f"DLM {sum(a == b for a, b in zip(engine_dlm, want_dlm))} of {len(prompts)} responses equal to the "
-        f"DynamicCache path's, AR {sum(a == b for a, b in zip(engine_ar, want_ar))} of {len(prompts)} equal to "
-        "transformers' generate (fp64, to end-of-text)",
+        engine_dlm,
+        compare_engine,
         "the decode engine's greedy responses equal those of the paths it replaced",
     )
 
@@ -735,17 +802,24 @@ def decode_speed_stage(ctx: Context) -> None:
     weight_gb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9
     bandwidth = copy_bandwidth_gbs(device)
     bound_ms = 1e3 * weight_gb / bandwidth
-    fastest = min(v for k in kinds.values() for v in k.values())
-    fastest = ctx.perturb("decode_speed", fastest, lambda v: bound_ms / 2)  # faster than the weights' read
-    ctx.expect(
+    producing = all(v and v > 0 for k, v in rows.items() if k != "vllm")
+
+    def compare(fastest_ms):
+        return fastest_ms >= bound_ms and producing, (
+            f"{arch}: tokens/s "
+            + ", ".join(f"{k} {v:.0f}" if v else f"{k} -" for k, v in rows.items())
+            + f"; ms per forward {kinds} (fastest {fastest_ms:.3f}); weights {weight_gb:.2f} GB at {bandwidth:.0f} "
+            f"GB/s copy bandwidth: {bound_ms:.3f} ms bound; DLM {SPEED['block'] // SPEED['steps_per_block']} "
+            f"tokens per forward; {vllm_note}"
+        )
+
+    ctx.judge(
         "decode_speed",
-        fastest >= bound_ms and all(v and v > 0 for k, v in rows.items() if k != "vllm"),
-        f"{arch}: tokens/s "
-        + ", ".join(f"{k} {v:.0f}" if v else f"{k} -" for k, v in rows.items())
-        + f"; ms per forward {kinds}; weights {weight_gb:.2f} GB at {bandwidth:.0f} GB/s copy bandwidth: "
-        f"{bound_ms:.3f} ms bound; DLM {SPEED['block'] // SPEED['steps_per_block']} tokens per forward; {vllm_note}",
+        min(v for k in kinds.values() for v in k.values()),
+        compare,
         "every forward timed no faster than reading the weights once allows (a timer that misses the "
         "device's work reads faster), every decoder producing tokens",
+        altered=lambda v: bound_ms / 2,  # faster than the weights' read
     )
 
 
@@ -883,13 +957,18 @@ def check_lora_step(ctx: Context, check: str, out: Path, base: Path) -> None:
     # before any update the policy is its reference (LoRA's B starts at 0), so every pair's margin is 0 and
     # DPO's loss is -log sigmoid(0) = log 2: a reference model, an ELBO's masks not shared by policy and
     # reference, or a wrong sign would show here
-    first = ctx.perturb(check, losses[0]) if losses else math.nan
-    ok = finite and abs(first - math.log(2)) <= DPO_FIRST_LOSS_TOL and moved > 0 and bool(kept) and info["dpo"]["lora"]
-    ctx.expect(
+    sound = finite and moved > 0 and bool(kept) and info["dpo"]["lora"]
+
+    def compare(first):
+        return sound and abs(first - math.log(2)) <= DPO_FIRST_LOSS_TOL, (
+            f"first loss {first:.6f}, losses {losses}, max |dW| of {len(linear)} projections {moved:.2e}, "
+            f"embeddings kept: {bool(kept)}, reward accuracy {accuracy:.2f}"
+        )
+
+    ctx.judge(
         check,
-        ok,
-        f"loss {losses}, max |dW| of {len(linear)} projections {moved:.2e}, embeddings kept: "
-        f"{bool(kept)}, reward accuracy {accuracy:.2f}",
+        losses[0] if losses else math.nan,
+        compare,
         f"two TRL steps (the first at learning rate 0): the first loss log 2 within {DPO_FIRST_LOSS_TOL:g} "
         "(policy = reference); the merged LoRA delta moves the projections and leaves the embeddings as loaded",
     )
@@ -920,16 +999,19 @@ def gamma_stage(ctx: Context) -> None:
         out / "curve.json",
         out / "model",
     )
-    merged = ctx.perturb("gamma_point", weights(out / "model"))
     base, tuned, pre = weights(dlm), weights(dpo), weights(teacher)
-    gamma = result["gamma_hat"]
-    err = max(float((merged[k] - (base[k] + gamma * (tuned[k] - pre[k]))).abs().max()) for k in base)
-    curve = result["curve"]
-    ok = len(curve) == 1 and gamma == 1.0 and err <= MERGE_TOL
-    ctx.expect(
+    gamma, curve = result["gamma_hat"], result["curve"]
+
+    def compare(merged):
+        err = max(float((merged[k] - (base[k] + gamma * (tuned[k] - pre[k]))).abs().max()) for k in base)
+        return len(curve) == 1 and gamma == 1.0 and err <= MERGE_TOL, (
+            f"gamma {gamma}: reward accuracy {curve[0]['reward_accuracy']:.2f}, merge error {err:.1e}"
+        )
+
+    ctx.judge(
         "gamma_point",
-        ok,
-        f"gamma {gamma}: reward accuracy {curve[0]['reward_accuracy']:.2f}, merge error {err:.1e}",
+        weights(out / "model"),
+        compare,
         f"one scored point; the saved model is dlm + gamma * (dpo - teacher) within {MERGE_TOL:g}",
     )
 
@@ -941,16 +1023,25 @@ def flex_stage(ctx: Context) -> None:
 
 
 def check_flex(ctx: Context, family: str) -> None:
-    loss_diff, grad_diff, loss = flex_against_dense(ctx, family)
-    ctx.expect(
+    dense, flex, grad_diff = flex_against_dense(ctx, family)
+
+    def compare(flex_loss):
+        loss_diff = abs(flex_loss - dense) / abs(dense)
+        return loss_diff <= FLEX_TOL[0] and grad_diff <= FLEX_TOL[1], (
+            f"loss {dense:.4f}: relative difference {loss_diff:.1e}, gradients {grad_diff:.1e}"
+        )
+
+    ctx.judge(
         f"flex_vs_dense_{family}",
-        loss_diff <= FLEX_TOL[0] and grad_diff <= FLEX_TOL[1],
-        f"loss {loss:.4f}: relative difference {loss_diff:.1e}, gradients {grad_diff:.1e}",
+        flex,
+        compare,
         f"fp32: loss within {FLEX_TOL[0]:g} relative, gradients within {FLEX_TOL[1]:g} relative L2",
     )
 
 
 def flex_against_dense(ctx: Context, family: str) -> tuple[float, float, float]:
+    """The loss through dense masks (sdpa) and through flex attention, and their gradients' relative L2
+    difference."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -979,8 +1070,7 @@ def flex_against_dense(ctx: Context, family: str) -> tuple[float, float, float]:
         out[impl] = (float(loss.detach()), grads)
         del model
     (dense, g0), (flex, g1) = out["sdpa"], out["flex_attention"]
-    flex = ctx.perturb(f"flex_vs_dense_{family}", flex)
-    return abs(flex - dense) / abs(dense), float((g1 - g0).norm() / g0.norm()), dense
+    return dense, flex, float((g1 - g0).norm() / g0.norm())
 
 
 def memory_stage(ctx: Context) -> None:
@@ -991,13 +1081,18 @@ def memory_stage(ctx: Context) -> None:
 
 def check_memory(ctx: Context, family: str, shape, rows: int, seq: int) -> None:
     measured, estimated, note = (memory_cuda if ctx.device == "cuda" else memory_cpu)(family, shape, rows, seq)
-    measured = ctx.perturb(f"memory_{family}", measured)
-    error = estimated / measured - 1
     name = shape if isinstance(shape, str) else f"{shape['hidden']}-wide, {shape['layers']} layers"
-    ctx.expect(
+
+    def compare(peak):
+        error = estimated / peak - 1
+        return abs(error) <= MEMORY_TOL, (
+            f"{name}, {rows} x {seq}: measured {peak:.2f} GB, planner {estimated:.2f} GB ({error:+.0%})" + note
+        )
+
+    ctx.judge(
         f"memory_{family}",
-        abs(error) <= MEMORY_TOL,
-        f"{name}, {rows} x {seq}: measured {measured:.2f} GB, planner {estimated:.2f} GB ({error:+.0%})" + note,
+        measured,
+        compare,
         f"ar2dlm.plan.memory's estimate within {MEMORY_TOL:.0%} of the measured peak",
     )
 
@@ -1061,7 +1156,7 @@ def stages(device: str, quick: bool) -> list[Stage]:
     ]
 
 
-# Checks whose pass compares no value --inject-failure can alter: finiteness and movement only (an
+# Checks whose pass compares no value that can be altered (``Context.judge``): finiteness and movement only (an
 # on-policy run's losses: its rollouts sample in bf16 on the GPU, so no fp32 CPU run draws the same
 # tokens to give a first loss to compare; the whole check's time)
 COMPARES_NO_VALUE = ("wall_time",)
@@ -1129,8 +1224,10 @@ def selected(all_stages: list[Stage], only: list[str] | None) -> list[Stage]:
 
 
 def summary(ctx: Context, results: list[Result]) -> str:
-    lines = ["| check | status | measured | criterion | s |", "|---|---|---|---|---|"]
-    lines += [f"| {r.check} | {r.status} | {r.measured} | {r.criterion} | {r.seconds} |" for r in results]
+    lines = ["| check | status | measured | criterion | altered | s |", "|---|---|---|---|---|---|"]
+    lines += [
+        f"| {r.check} | {r.status} | {r.measured} | {r.criterion} | {r.altered or '-'} | {r.seconds} |" for r in results
+    ]
     failed = [r.check for r in results if r.status == "FAIL"]
     lines.append(
         f"\n{len(results) - len(failed)} of {len(results)} checks passed or skipped on {ctx.device}"
@@ -1158,9 +1255,10 @@ def parse_args(argv=None):
     ap.add_argument(
         "--inject-failure",
         metavar="CHECK",
-        help="alter what CHECK compares, to show that it fails: a check that compares values (train_*, "
-        "on_policy_rollouts, resume_*, two_process_*, decode_*, gamma_point, flex_vs_dense_*, "
-        "memory_*), or `all`: every one of them at once (the JSON lists those altered)",
+        help="report CHECK's verdict on its altered value (every run judges both, column `altered`), to see it "
+        "fail end to end: a check that compares values (train_*, on_policy_rollouts, resume_*, two_process_*, "
+        "decode_*, dpo_lora_*, gamma_point, flex_vs_dense_*, memory_*, decode_speed), or `all`: every one of "
+        "them at once (the JSON lists those altered)",
     )
     return ap.parse_args(argv)
 

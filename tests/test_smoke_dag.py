@@ -473,8 +473,8 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
         # teacher (copied with their times, so nothing upstream reruns).
         for rel in ("data", "models/tiny/teacher"):
             shutil.copytree(smoke_run / "results" / rel, resume / "results" / rel)
-        override = tmp_path / "long.yaml"
-        override.write_text(yaml.safe_dump({"runs": {"mdlm": {"training": {"steps": 1500, "checkpoint_every": 100}}}}))
+        override = tmp_path / "long.yaml"  # 500 steps (15 s or more) left to cancel it in after its first checkpoint
+        override.write_text(yaml.safe_dump({"runs": {"mdlm": {"training": {"steps": 600, "checkpoint_every": 100}}}}))
         target = "results/models/tiny/mdlm/seed0/train.json"
         # its own SLURM log folder: the plugin removes empty folders there when it starts, and a queued job's
         # folder is empty until the job starts
@@ -510,7 +510,7 @@ def test_slurm_cluster_runs_the_dag_and_a_cancelled_run_resumes(smoke_run, tmp_p
         proc = subprocess.run(cmd, cwd=resume, env=env, capture_output=True, text=True, timeout=1200)
         assert proc.returncode == 0, proc.stderr[-4000:]
         manifest = json.loads((ckpt_dir / "train.json").read_text())
-        assert manifest["resumed_from"] >= 100 and manifest["steps"] == 1500
+        assert manifest["resumed_from"] >= 100 and manifest["steps"] == 600
         assert "--rdzv_backend=c10d" in proc.stdout + proc.stderr  # two processes through srun + torchrun
         assert (resume / "results/logs/convert/tiny_mdlm_seed0.log.rank1").is_file()
 
