@@ -71,3 +71,57 @@ def dpo_argv(source: tuple[str, str], train, held_out, settings: dict, out, doma
         "--out",
         str(out),
     ]
+
+
+class GraphReplays:
+    """A CPU fake of CUDA graph trees' output lifetimes, over the decode engine's steps
+    (``DecodeEngine._step``), for use as a context manager. On a GPU the engine compiles each step kind
+    with ``mode="reduce-overhead"``: every step is a graph replay whose outputs live in a pool that the
+    next replay reuses, so a tensor a step returned is overwritten once any step runs after it (graph
+    trees raise, or another step's numbers are read). Here each step's outputs are filled with NaN, in
+    place and so through every view of them, as soon as the next step starts; and a step that allocates
+    a cache layer (a ``StaticCache`` built without ``early_initialization``, whose tensors would be graph
+    outputs the later steps mutate) is refused. ``replays`` counts the steps run."""
+
+    def __init__(self):
+        self.live: list = []
+        self.replays = 0
+
+    def __enter__(self):
+        from unittest import mock
+
+        from ar2dlm.core.engine import DecodeEngine
+
+        real, fake = DecodeEngine._step, self
+
+        def step(engine, kind, shape=()):
+            forward = real(engine, kind, shape)
+
+            def replay(model, ids, pos, mask, cache, keep):
+                fake.overwrite()
+                layers = list(cache.layers) if cache is not None else []
+                empty = [layer for layer in layers if not layer.is_initialized]
+                out = forward(model, ids, pos, mask, cache, keep)
+                if any(layer.is_initialized for layer in empty):
+                    raise RuntimeError(
+                        f"step {kind!r} allocated its KV cache: under CUDA graphs those tensors are graph outputs "
+                        "that later steps overwrite (build the cache with early_initialization)"
+                    )
+                fake.live.append(out)
+                fake.replays += 1
+                return out
+
+            return replay
+
+        self._patch = mock.patch.object(DecodeEngine, "_step", step)
+        self._patch.start()
+        return self
+
+    def overwrite(self) -> None:
+        """What the next replay does to the outputs of the steps before it."""
+        for out in self.live:
+            out.fill_(float("nan") if out.is_floating_point() else -1)
+        self.live.clear()
+
+    def __exit__(self, *exc):
+        self._patch.stop()

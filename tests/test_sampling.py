@@ -307,3 +307,102 @@ def test_compiled_engine_equals_eager_and_compiles_each_step_kind_once(model):
             assert compiled.generate(batch, Decoding(24, threshold=threshold))[0] == want
     # three compiled kinds (prefill, block, block_first) at one width bucket: thresholds and prompts never recompile
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 3
+
+
+# every conventions combination the engine decodes: (attention, shift, block size)
+GRAPHED = [("causal", True, None), ("bidirectional", False, None), ("bidirectional", True, None)]
+GRAPHED += [("block", shift, bs) for shift in (False, True) for bs in (1, 4, 8)]
+
+
+@pytest.mark.parametrize("attention, shift, block_size", GRAPHED)
+def test_engine_under_cuda_graph_output_lifetimes_decodes_what_the_eager_engine_does(
+    model, attention, shift, block_size
+):
+    """Each step's outputs overwritten as soon as the next step runs (``tests.shared.GraphReplays``, what
+    CUDA graph trees do on a GPU): greedy responses token for token those of the eager engine, by
+    threshold and in fixed steps, for one prompt and for a padded batch, full length and to end-of-text."""
+    from ar2dlm.core.engine import DecodeEngine
+    from tests.shared import GraphReplays
+
+    c = Conventions(attention, shift, MASK, EOS, PAD, block_size)
+    if attention == "causal":
+        decodings = [Decoding(24)]
+    else:
+        cached, steps = attention == "block", min(2, block_size or 4)
+        decodings = [
+            Decoding(24, 4, threshold=0.9, use_cache=cached),
+            Decoding(24, 4, threshold=None, steps_per_block=steps, use_cache=cached),
+        ]
+    for m, stop in ((model, False), (EndsAt(model, at=11), True)):
+        for decoding in decodings:
+            decoding = replace(decoding, stop_at_eos=stop)
+            for prompts, batch in (([ENGINE_PROMPTS[0]], 1), (ENGINE_PROMPTS, 4)):
+                want = DecodeEngine(m, c).generate(prompts, decoding, batch_size=batch)[0]
+                with GraphReplays() as graphs:
+                    got = DecodeEngine(m, c).generate(prompts, decoding, batch_size=batch)[0]
+                assert got == want, (decoding, batch, stop)
+                assert graphs.replays > 1
+
+
+def test_the_graph_fake_overwrites_a_kept_output_and_refuses_a_cache_a_step_allocates(model):
+    from transformers import StaticCache
+
+    from ar2dlm.core.engine import DecodeEngine, EngineStats
+    from tests.shared import GraphReplays
+
+    engine = DecodeEngine(model, conv("causal"))
+    ids = torch.tensor([[5, 9, 11, 20]])
+    pos, mask = torch.arange(4)[None], torch.zeros(1, 1, 4, 4)
+    with GraphReplays():
+        cache = engine._cache(1, 4)
+        first = engine._run("prefill", EngineStats(), ids, pos, mask, cache, 1)
+        kept, copied = first[:, :1], first.clone()
+        engine._rewind(cache, 0)
+        engine._run("prefill", EngineStats(), ids, pos, mask, cache, 1)
+        assert kept.isnan().all() and not copied.isnan().any()  # a view of an earlier output is overwritten
+        with pytest.raises(RuntimeError, match="early_initialization"):
+            engine._run("prefill", EngineStats(), ids, pos, mask, StaticCache(config=model.config, max_cache_len=4), 1)
+
+
+def test_the_cost_curve_runs_under_cuda_graph_output_lifetimes(model):
+    from ar2dlm.evaluation.decode_speed import cost_curve
+    from tests.shared import GraphReplays
+
+    with GraphReplays() as graphs:
+        curve = cost_curve(model, [1, 8], context=16, repeats=2)
+    assert set(curve["ms_per_forward"]) == {"1", "8"} and graphs.replays == 2 * (1 + 3)
+
+
+def test_one_cache_alive_and_each_step_compiled_once_over_width_buckets_and_calls(model, monkeypatch):
+    """Prompts across three width buckets, in mixed order, decoded twice through ``generate``: the
+    responses in the prompts' order, at most one KV cache alive at any step, and each step kind compiled
+    once per batch width over both calls (``torch.compile`` counted, not run)."""
+    import weakref
+
+    from transformers import StaticCache
+
+    from ar2dlm.core.engine import DecodeEngine
+
+    c = conv("block", True)
+    prompts = [[5 + i % 7] * n for i, n in enumerate((10, 70, 20, 140, 65, 5))]  # buckets 64 128 64 192 128 64
+    want = [DecodeEngine(model, c).generate([p], Decoding(8))[0][0] for p in prompts]
+    compiled, caches, alive = [], [], []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled.append(fn.__name__) or fn)
+    real_init, real_run = StaticCache.__init__, DecodeEngine._run
+
+    def init(self, *args, **kw):
+        real_init(self, *args, **kw)
+        caches.append(weakref.ref(self))
+
+    def run(self, *args):  # a dropped cache is freed at once (reference counting)
+        alive.append(sum(ref() is not None for ref in caches))
+        return real_run(self, *args)
+
+    monkeypatch.setattr(StaticCache, "__init__", init)
+    monkeypatch.setattr(DecodeEngine, "_run", run)
+    for _ in range(2):
+        assert generate(model, c, prompts, Decoding(8), batch_size=2, compile=True)[0] == want
+    assert max(alive) == 1
+    # batches by length: (5, 10) at width 64, (20, 65) at 128, (70, 140) at 192; three step kinds each,
+    # compiled in the first call; a cache per width and call, each dropped before the next is allocated
+    assert len(compiled) == 3 * 3 and len(caches) == 2 * 3

@@ -173,8 +173,13 @@ class DecodeEngine:
         return logits
 
     def _cache(self, batch: int, width: int) -> StaticCache:
+        """The KV cache of ``batch`` rows over ``width`` positions. One cache is alive at a time: another
+        shape's is dropped first (at Qwen3-8B, 32 rows of 1.5k positions hold about 7 GB, and a prompt set
+        spans several width buckets; ``generate`` visits each bucket once). It is allocated here, outside
+        any compiled step, so that its tensors are inputs whose addresses stay fixed, not graph outputs."""
         key = (batch, width)
-        if key not in self._caches:  # allocated here, outside any compiled step (its addresses stay fixed)
+        if key not in self._caches:
+            self._caches.clear()
             cfg = self.model.config
             cache = StaticCache(config=cfg, max_cache_len=width)
             head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -328,7 +333,9 @@ class _Canvas(NamedTuple):
 class _Decode:
     """One DLM batch's forwards: which step kind runs over which window, and the shift's carried
     logit (the logit that predicts a block's first token comes from the last position of the block
-    before, computed when that block's final keys join the cache)."""
+    before, computed when that block's final keys join the cache). The carried logit is read across
+    later steps, so it is a copy: a compiled step's output lives only until the next compiled step
+    runs (CUDA graphs replay into the same memory; ``tests.shared.GraphReplays`` fakes it on a CPU)."""
 
     def __init__(self, engine: DecodeEngine, stats: EngineStats, canvas: _Canvas, bs: int, use_cache: bool):
         self.e, self.stats = engine, stats
@@ -344,7 +351,8 @@ class _Decode:
         self.keep_block = torch.arange(0, bs - s, device=dev)
         if self.cache is not None:
             engine._rewind(self.cache, 0)
-            self.carry = self._forward("prefill", slice(0, self.width), 1, None)
+            logits = self._forward("prefill", slice(0, self.width), 1, None)
+            self.carry = logits.clone() if self.shift else None
 
     def _forward(self, kind, window, keep, done):
         logits = self.e._run(
@@ -365,7 +373,7 @@ class _Decode:
             self.e._rewind(self.cache, start - bs)
             logits = self._forward("block_first", slice(start - bs, start + bs), self.keep_first, done)
             if self.shift:
-                self.carry = logits[:, :1]
+                self.carry = logits[:, :1].clone()
             return logits
         if self.shift and bs == 1:  # the carried logit is the whole block's
             return self.carry
@@ -404,6 +412,17 @@ def choose_next(logits: torch.Tensor, temperature: float, top_p: float, gen) -> 
     return sample_categorical(probs, gen)
 
 
+def engine_for(model, conv: Conventions, compile: bool) -> DecodeEngine:
+    """The model's decode engine for these conventions, kept on the model: every ``generate`` call of a
+    process reuses its compiled steps (a new engine would compile each step kind again)."""
+    engines = model.__dict__.setdefault("_ar2dlm_decode_engines", {})
+    weight = next(model.parameters())
+    key = (conv, compile, weight.device, weight.dtype)  # a model moved or cast gets an engine of its own
+    if key not in engines:
+        engines[key] = DecodeEngine(model, conv, compile=compile)
+    return engines[key]
+
+
 def generate(
     model,
     conv: Conventions,
@@ -419,19 +438,24 @@ def generate(
     ones, and ignored by block-attention models), each block unmasked by confidence ``threshold`` or,
     when ``steps_per_block`` is given, in that many steps (the cache follows the attention, whatever
     ``decoding.use_cache`` says). Batches of ``batch_size`` prompts (batch ``i`` draws from seed
-    ``decoding.seed + i``). ``compile`` defaults to compiling on a GPU only: on a CPU
+    ``decoding.seed + i``; prompts are batched in order of their length, the responses returned in
+    the prompts' order). ``compile`` defaults to compiling on a GPU only: on a CPU
     a compile costs more than an evaluation's decoding saves. Returns the responses (cut at
     end-of-text) and summed decoding statistics."""
     if conv.is_diffusion and conv.attention != "block" and decoding.block_size is None:
         raise ValueError("a bidirectional DLM needs a decoding block size")
     device = next(model.parameters()).device
-    engine = DecodeEngine(model, conv, compile=device.type == "cuda" if compile is None else compile)
+    engine = engine_for(model, conv, device.type == "cuda" if compile is None else compile)
     batch_size = min(batch_size, len(prompts))
-    total, outs = EngineStats(batch_size=batch_size), []
+    # batches in order of their prompts' length: each width bucket's cache and compiled steps once
+    order = sorted(range(len(prompts)), key=lambda j: len(prompts[j]))
+    total, outs = EngineStats(batch_size=batch_size), [None] * len(prompts)
     for i in tqdm(range(0, len(prompts), batch_size), desc="decode", mininterval=5):
         batch = replace(decoding, use_cache=conv.attention != "bidirectional", seed=decoding.seed + i)
-        rows, st = engine.generate(prompts[i : i + batch_size], batch, batch_size=batch_size)
-        outs += rows
+        picked = order[i : i + batch_size]
+        rows, st = engine.generate([prompts[j] for j in picked], batch, batch_size=batch_size)
+        for j, row in zip(picked, rows):
+            outs[j] = row
         total.add(st)
     how = {}
     if conv.is_diffusion:

@@ -210,8 +210,6 @@ def cost_curve(model, tokens: list[int], context: int, repeats: int = 10, compil
     """Milliseconds of one forward of ``n`` new positions (n in ``tokens``) over a ``context``-token
     static cache, median of ``repeats``: where a block step costs what one token costs, the forward
     is bound by reading the weights, not by the positions it computes."""
-    from transformers import StaticCache
-
     device = next(model.parameters()).device
     conv = Conventions("causal", True, None, 0, 0)
     engine = DecodeEngine(model, conv, compile=compile)
@@ -219,7 +217,7 @@ def cost_curve(model, tokens: list[int], context: int, repeats: int = 10, compil
     out = {}
     for n in tokens:
         width = context + n
-        cache = StaticCache(config=model.config, max_cache_len=width)
+        cache = engine._cache(1, width)  # allocated before any compiled step (CUDA graphs: an input, not an output)
         ids = torch.randint(0, vocab, (1, width), device=device)
         pos = torch.arange(width, device=device)[None]
         mask = torch.zeros(1, 1, width, width, dtype=engine.dtype, device=device)
