@@ -35,6 +35,10 @@ Stages, through the project's own entry points (``python -m ar2dlm.training.conv
   so cached and recomputed logits agree to ~1e-12 and the equality criterion of
   ``tests/test_sampling.py`` (the same tokens) is not at the mercy of near-ties; the decode engine's
   responses against those paths (the DLM) and transformers' generate (the teacher);
+- decode_graphs: the engine compiled with CUDA graphs against the eager engine, token for token, for
+  every conventions combination (causal; bidirectional and block, with and without the shift, blocks of
+  1, 4 and 8) at the Qwen3-0.6B shape (fp32, random weights), and AR against transformers' generate; on a
+  CPU the eager engine under a fake of CUDA graphs' output lifetimes (``tests.shared.GraphReplays``);
 - decode_speed: tokens/s and milliseconds per forward kind of the engine's AR and block DLM at the
   Qwen3-0.6B shape (random weights, bf16, CUDA graphs), transformers' generate, and vLLM serving
   the same weights when it is installed (a skip line when not), against the weight-read bound;
@@ -823,12 +827,82 @@ def decode_speed_stage(ctx: Context) -> None:
     )
 
 
+# The decode_graphs stage: every conventions combination the engine decodes (attention, shift, block
+# size; tests/test_sampling.py's GRAPHED), two prompts in a batch of three (one row of batch padding), 32
+# new tokens. Random weights with the final norm scaled by GRAPH_SHARPEN: greedy picks far from ties, so
+# fp32 kernels (compiled against eager) pick the same tokens and a wrong step shows as another token.
+GRAPHED = [("causal", True, None), ("bidirectional", False, None), ("bidirectional", True, None)]
+GRAPHED += [("block", shift, bs) for shift in (False, True) for bs in (1, 4, 8)]
+GRAPH_SHARPEN = 60.0
+
+
+def decode_graphs_stage(ctx: Context) -> None:
+    """What a GPU evaluation decodes: the engine compiled with CUDA graphs (``mode="reduce-overhead"``, each
+    step's outputs reused by the next replay) against the eager engine, token for token, for every
+    conventions combination at the Qwen3-0.6B shape (fp32, random weights); AR also against transformers'
+    generate. On a CPU the eager engine runs under ``tests.shared.GraphReplays`` instead (each step's
+    outputs overwritten when the next one runs), as the unit tests do. The first call of each combination
+    compiles and captures; its seconds are printed."""
+    import torch
+
+    from ar2dlm.core.conventions import Conventions
+    from ar2dlm.core.engine import DecodeEngine
+    from ar2dlm.core.sampling import Decoding, generate_ar
+    from tests.shared import GraphReplays
+
+    model, arch = speed_model(ctx, torch.float32)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(GRAPH_SHARPEN)
+    prompts, batch = [list(range(11, 51)), list(range(60, 135))], 3
+    cuda, got, want, compile_s = ctx.device == "cuda", [], [], {}
+    for attention, shift, bs in GRAPHED:
+        conv = Conventions(attention, shift, 3, 1, 2, bs)
+        decoding = Decoding(32, 8 if attention == "bidirectional" else None, use_cache=attention == "block")
+        decoding = replace(decoding, stop_at_eos=False)
+        want += DecodeEngine(model, conv).generate(prompts, decoding, batch_size=batch)[0]
+        name = f"{attention}{'-shift' if shift else ''}{f'-{bs}' if bs else ''}"
+        if cuda:
+            engine = DecodeEngine(model, conv, compile=True)
+            t0 = time.perf_counter()
+            engine.generate(prompts, decoding, batch_size=batch)  # compiles and captures each step kind
+            compile_s[name] = round(time.perf_counter() - t0, 1)
+            got += engine.generate(prompts, decoding, batch_size=batch)[0]  # graph replays
+        else:
+            with GraphReplays():
+                got += DecodeEngine(model, conv).generate(prompts, decoding, batch_size=batch)[0]
+    plain = Decoding(32, stop_at_eos=False)
+
+    class Tok:
+        eos_token_id, pad_token_id = 1, 2
+
+    hf_ar = generate_ar(model, Tok, prompts, plain, batch_size=batch)
+    print(f"decode_graphs: first call (compile and capture) seconds {compile_s or 'none (CPU)'}", flush=True)
+
+    def compare(responses):
+        same = sum(a == b for a, b in zip(responses, want))
+        return responses == want and hf_ar == want[:2], (
+            f"{arch}: {same} of {len(want)} responses ({len(GRAPHED)} conventions x {len(prompts)} prompts) equal "
+            f"to the eager engine's; AR equal to transformers' generate: {hf_ar == want[:2]}; compile and capture "
+            f"seconds {compile_s or '- (CPU: the graph fake)'}"
+        )
+
+    ctx.judge(
+        "decode_graphed",
+        got,
+        compare,
+        "the engine as a GPU evaluation runs it (CUDA graphs) decodes the eager engine's tokens for every "
+        "conventions combination, and AR transformers' generate's",
+    )
+
+
 # The decode_speed stage: a 128-token prompt, 64 new tokens; the DLM decodes blocks of 32 in 8 steps
 # (4 tokens per forward: random weights have no confidence to threshold).
 SPEED = {"prompt": 128, "new_tokens": 64, "block": 32, "steps_per_block": 8}
 
 
-def speed_model(ctx: Context):
+def speed_model(ctx: Context, dtype=None):
+    """A Qwen3 of random weights at the 0.6B shape (--quick: the check's small one), in ``dtype`` (default
+    bf16 on CUDA, fp32 on a CPU)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -842,7 +916,7 @@ def speed_model(ctx: Context):
         shape, name = QWEN3_SHAPES["Qwen/Qwen3-0.6B-Base"].config_dict(), "Qwen3-0.6B shape"
     shape = {**shape, "max_position_embeddings": 1024, "eos_token_id": 1, "pad_token_id": 2}
     torch.manual_seed(0)
-    dtype = torch.bfloat16 if ctx.device == "cuda" else torch.float32
+    dtype = dtype or (torch.bfloat16 if ctx.device == "cuda" else torch.float32)
     model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(dtype=dtype, device=ctx.device).eval()
     return model, f"{name}, {str(dtype).removeprefix('torch.')}"
 
@@ -887,12 +961,15 @@ def vllm_tokens_per_s(ctx: Context, model, prompt: list[int], new: int) -> tuple
     if ctx.device != "cuda" or importlib.util.find_spec("vllm") is None:
         why = "vllm is not installed" if importlib.util.find_spec("vllm") is None else "vLLM needs a GPU"
         return None, f"vLLM skipped: {why}"
-    from vllm import LLM, SamplingParams
+    try:  # a vLLM built for another torch or CUDA imports and then fails: a skip line, not this check's failure
+        from vllm import LLM, SamplingParams
 
-    folder = ctx.work / "speed_model"
-    model.save_pretrained(str(folder))
-    llm = LLM(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16", gpu_memory_utilization=0.3, seed=0)
-    params = SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True, detokenize=False)
+        folder = ctx.work / "speed_model"
+        model.save_pretrained(str(folder))
+        llm = LLM(model=str(folder), skip_tokenizer_init=True, dtype="bfloat16", gpu_memory_utilization=0.3, seed=0)
+        params = SamplingParams(max_tokens=new, temperature=0.0, ignore_eos=True, detokenize=False)
+    except Exception as exc:
+        return None, f"vLLM skipped: installed but unusable here ({describe(exc)})"
 
     def run():
         llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
@@ -1152,6 +1229,7 @@ def stages(device: str, quick: bool) -> list[Stage]:
             "is compared with dense masks in tests/test_selected_logits.py",
         ),
         Stage("memory", memory_checks(device, quick), memory_stage, inputs=False),
+        Stage("decode_graphs", ("decode_graphed",), decode_graphs_stage, inputs=False),
         Stage("decode_speed", ("decode_speed",), decode_speed_stage, inputs=False),
     ]
 

@@ -111,7 +111,7 @@ def test_paper_dry_run_through_the_slurm_profile(tmp_path, standin_hub):
     # starts the submitting environment's); under it, the activated environment's python
     import sys
 
-    assert f"exec {sys.executable} -m torch.distributed.run" in two_nodes
+    assert f"exec {sys.executable} -m ar2dlm.training.torchrun" in two_nodes
     # the environment --use-conda builds holds the package's dependencies, no more, no fewer
     import tomllib
 

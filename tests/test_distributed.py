@@ -389,3 +389,54 @@ def test_a_sharded_teacher_is_resharded_after_its_forward(head):
             ]
     assert gathered[False]  # the unfrozen sharding leaves the roots gathered
     assert gathered[True] == []
+
+
+@pytest.mark.parametrize("code, want", [(75, 75), (3, 1), (0, 0)])
+def test_the_launcher_passes_a_segments_exit_status_75_through_two_processes(tmp_path, code, want):
+    """Two CPU ranks under ``ar2dlm.training.torchrun`` (what a multi-GPU job's launcher starts): each
+    stopping with 75 (a segment ended) ends the job with 75, where torchrun itself exits 1; another
+    failure stays torchrun's 1."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "rank.py"
+    script.write_text(f"import sys\nsys.exit({code})\n")
+    cmd = [sys.executable, "-m", "ar2dlm.training.torchrun", "--standalone", "--nproc_per_node=2", str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == want, proc.stderr[-3000:]
+
+
+def test_a_rendezvous_host_that_does_not_resolve_stops_the_launcher_before_any_process(capsys):
+    from ar2dlm.training.torchrun import main, rendezvous_problem
+
+    assert rendezvous_problem(["--nnodes=2", "--rdzv_endpoint=localhost:29500", "x.py"]) is None
+    assert rendezvous_problem(["--standalone", "x.py"]) is None
+    argv = ["--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=no-such-node.invalid:29500", "x.py"]
+    assert main(argv) == 2
+    assert "the rendezvous host 'no-such-node.invalid' (--rdzv_endpoint=no-such-node.invalid:29500)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_gpu_job_without_what_triton_needs_stops_naming_it(monkeypatch):
+    """Triton (flex attention, torch.compile on a GPU) compiles with a C compiler and links libcuda: a job
+    bound for CUDA without either stops before any work, naming it; a CPU job does not ask."""
+    from ar2dlm.core import models
+    from ar2dlm.core.models import triton_problem
+
+    def which(known):
+        return lambda name: f"/usr/bin/{name}" if name in known else None
+
+    def library(found):
+        return lambda name: "libcuda.so.1" if found else None
+
+    assert triton_problem({}, which({"gcc"}), library(True)) is None
+    assert "no C compiler (cc, gcc or clang)" in triton_problem({}, which(set()), library(True))
+    assert "no C compiler (CC='icx')" in triton_problem({"CC": "icx"}, which({"gcc"}), library(True))
+    assert "libcuda.so" in triton_problem({}, which({"cc"}), library(False))
+    assert triton_problem({"TRITON_LIBCUDA_PATH": "/opt/cuda"}, which({"cc"}), library(False)) is None
+    monkeypatch.setattr(models, "triton_problem", lambda: "Triton cannot build kernels here: no C compiler")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(RuntimeError, match="Triton cannot build kernels here"):
+        models.resolve_device("cuda")
+    models.require_triton(torch.device("cpu"))  # nothing asked of a CPU job

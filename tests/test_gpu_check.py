@@ -134,3 +134,15 @@ def test_only_runs_the_stages_asked_for_and_those_they_read_from():
     names = [s.name for s in gpu_check.selected(gpu_check.stages("cuda", False), ["gamma"])]
     assert names == ["train", "dpo", "gamma"]
     assert [s.name for s in gpu_check.selected(gpu_check.stages("cuda", False), ["memory"])] == ["memory"]
+
+
+def test_an_importable_but_broken_vllm_gives_a_skip_line(tmp_path, monkeypatch):
+    import importlib.util
+    import types
+
+    real = importlib.util.find_spec
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))  # imports, and has no LLM
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
+    ctx = gpu_check.Context("cuda", True, tmp_path, 60.0, None)
+    rate, note = gpu_check.vllm_tokens_per_s(ctx, None, [11, 12], 4)
+    assert rate is None and note.startswith("vLLM skipped: installed but unusable here (ImportError")

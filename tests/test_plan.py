@@ -242,11 +242,11 @@ def test_the_launcher_starts_one_process_torchrun_or_one_torchrun_per_node():
     from ar2dlm.plan.launch import launcher
 
     assert launcher({}, "py") == "py"
-    assert launcher({"gpu": 8}, "py") == "py -m torch.distributed.run --standalone --nproc_per_node=8"
+    assert launcher({"gpu": 8}, "py") == "py -m ar2dlm.training.torchrun --standalone --nproc_per_node=8"
     two_nodes = launcher({"gpu": 16, "nodes": 2, "tasks": 16, "mpi": "srun", "cpus_per_gpu": 8}, "py")
     assert two_nodes.startswith(
         "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --gpus-per-task=8 --gpu-bind=none --cpus-per-task=64 "
-        "--kill-on-bad-exit=1 sh -c 'exec py -m torch.distributed.run --nnodes=2 --nproc_per_node=8 "
+        "--kill-on-bad-exit=1 sh -c 'exec py -m ar2dlm.training.torchrun --nnodes=2 --nproc_per_node=8 "
     ), two_nodes
     # a profile's srun job without GPUs: its tasks, no GPU binding
     cpu = launcher({"nodes": 2, "tasks": 4, "mpi": "srun", "cpus_per_task": 3}, "py")

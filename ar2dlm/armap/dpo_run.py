@@ -13,8 +13,8 @@ import sys
 
 from ..core.models import device_problem, final_checkpoint
 from ..provenance import log_to
-from ..training.convert_run import SEGMENT_DONE
 from ..training.distributed import process_group
+from ..training.torchrun import SEGMENT_DONE
 from .dpo import DpoJob, train_dpo, train_dpo_sharded
 from .pipeline import preference_rows
 

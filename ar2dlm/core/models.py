@@ -230,6 +230,35 @@ def device_problem(planned_gpus: int = 0, env=None, visible: int | None = None) 
     return None
 
 
+def triton_problem(env=None, which=None, find_library=None) -> str | None:
+    """Why Triton cannot build kernels on this node, which a job on a GPU needs before any work (flex
+    attention and ``torch.compile`` generate Triton kernels there): Triton compiles each kernel's launcher
+    with a C compiler (``CC``, else cc, gcc or clang on the PATH) and links it against the driver's
+    ``libcuda.so`` (``TRITON_LIBCUDA_PATH``, else the linker's cache). ``env``, ``which`` and
+    ``find_library`` default to this process's."""
+    import ctypes.util
+    import shutil
+
+    env = os.environ if env is None else env
+    which, find_library = which or shutil.which, find_library or ctypes.util.find_library
+    compilers = [env["CC"]] if env.get("CC") else ["cc", "gcc", "clang"]
+    if not any(which(c) for c in compilers):
+        named = f"CC={compilers[0]!r}" if env.get("CC") else "cc, gcc or clang"
+        return f"Triton cannot build kernels here: no C compiler ({named}) on the PATH; load one (e.g. a gcc module)"
+    if not (env.get("TRITON_LIBCUDA_PATH") or find_library("cuda")):
+        return (
+            "Triton cannot build kernels here: libcuda.so (the driver's library) is neither in the linker's cache "
+            "nor named by TRITON_LIBCUDA_PATH"
+        )
+    return None
+
+
+def require_triton(device) -> None:
+    """Stop a job bound for a CUDA ``device`` before any work when Triton cannot build kernels here."""
+    if getattr(device, "type", device) == "cuda" and (problem := triton_problem()):
+        raise RuntimeError(problem)
+
+
 DEVICES = ("auto", "cpu", "cuda")  # the config's device values (auto: the job's GPU when it has one)
 
 
@@ -241,7 +270,7 @@ def resolve_device(device: str | None = "auto"):
     if device in (None, "auto"):
         if problem := device_problem():
             raise RuntimeError(f"no GPU for this job: {problem}")
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r} (known: {', '.join(DEVICES)})")
     if device == "cuda" and not torch.cuda.is_available():
@@ -249,6 +278,7 @@ def resolve_device(device: str | None = "auto"):
             "device: cuda is configured but this job sees no CUDA device (check the job's GPU "
             "request and CUDA_VISIBLE_DEVICES, or set device: auto)"
         )
+    require_triton(device)
     return torch.device(device)
 
 

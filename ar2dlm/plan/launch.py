@@ -191,7 +191,8 @@ def tokenize_resources(plan: TokenizePlan, tokenizes: bool) -> dict:
 
 def launcher(resources, python: str) -> str:
     """What starts a job's processes (``python``: the job environment's interpreter): ``python`` for one
-    process; torchrun on one node for several GPUs; for a job given ``mpi`` (a planned job, or a
+    process; torchrun (through ``ar2dlm.training.torchrun``: the rendezvous host checked, a segment's exit
+    status 75 passed through) on one node for several GPUs; for a job given ``mpi`` (a planned job, or a
     profile's choice), srun starts one torchrun per node of the job and the torchruns meet through c10d
     rendezvous on the job's first node (``tasks`` processes in all, or one per GPU)."""
     gpus = int(resources.get("gpu", 0) or 0)
@@ -199,7 +200,7 @@ def launcher(resources, python: str) -> str:
         nodes = int(resources.get("nodes", 1) or 1)
         per_node = int(resources.get("tasks") or gpus) // nodes
         torchrun = (
-            f"exec {python} -m torch.distributed.run --nnodes={nodes} --nproc_per_node={per_node} "
+            f"exec {python} -m ar2dlm.training.torchrun --nnodes={nodes} --nproc_per_node={per_node} "
             "--rdzv_backend=c10d --rdzv_id=$SLURM_JOB_ID --rdzv_endpoint="
             '$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1):$((29500 + SLURM_JOB_ID % 1000)) "$@"'
         )
@@ -216,5 +217,5 @@ def launcher(resources, python: str) -> str:
             f"sh -c '{torchrun}' torchrun"
         )
     if gpus > 1:
-        return f"{python} -m torch.distributed.run --standalone --nproc_per_node={gpus}"
+        return f"{python} -m ar2dlm.training.torchrun --standalone --nproc_per_node={gpus}"
     return python

@@ -2,7 +2,8 @@
 (DPO, spectra, gamma search), by part, from the model's shape and the config.
 
 Like ``memory`` for conversions, the estimate counts what a job keeps alive at its peak:
-- decoding: the weights in the benchmark's dtype, the KV cache of a block-attention model's rows,
+- decoding: the weights in the benchmark's dtype, the KV cache of a block-attention model's rows
+  (one: the decode engine holds one cache at a time, dropping a prompt-width bucket's before the next's),
   the logits of the positions a step decodes (at most two blocks: the cached path runs the
   previous block with the current one) and their fp32 softmax, and one decoder layer's transient
   activations over the canvas;

@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 
 from ..provenance import log_to, write_json
+from .torchrun import SEGMENT_DONE
 from .tracking import exported
 from .trainer import TrainJob, train_run
-
-SEGMENT_DONE = 75  # EX_TEMPFAIL: a segment of a run planned in several ended
 
 
 def main(argv: list[str] | None = None) -> None:

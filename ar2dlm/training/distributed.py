@@ -32,7 +32,7 @@ from datetime import timedelta
 
 import torch
 
-from ..core.models import device_problem
+from ..core.models import device_problem, require_triton
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)
 
@@ -66,6 +66,7 @@ def from_environment(planned_gpus: int = 0) -> ProcessGroup:
     if problem := device_problem(planned_gpus):
         raise RuntimeError(f"no GPU for this process: {problem}")
     device = torch.device(f"cuda:{local}") if torch.cuda.is_available() else torch.device("cpu")
+    require_triton(device)  # flex attention's kernels on a GPU
     return ProcessGroup(world, rank, device)
 
 
