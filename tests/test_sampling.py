@@ -402,6 +402,7 @@ def test_one_cache_alive_and_each_step_compiled_once_over_width_buckets_and_call
     monkeypatch.setattr(DecodeEngine, "_run", run)
     for _ in range(2):
         assert generate(model, c, prompts, Decoding(8), batch_size=2, compile=True)[0] == want
+        assert not any(ref() for ref in caches)  # none held after a call: the job's next work gets the memory
     assert max(alive) == 1
     # batches by length: (5, 10) at width 64, (20, 65) at 128, (70, 140) at 192; three step kinds each,
     # compiled in the first call; a cache per width and call, each dropped before the next is allocated

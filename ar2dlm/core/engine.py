@@ -175,8 +175,9 @@ class DecodeEngine:
     def _cache(self, batch: int, width: int) -> StaticCache:
         """The KV cache of ``batch`` rows over ``width`` positions. One cache is alive at a time: another
         shape's is dropped first (at Qwen3-8B, 32 rows of 1.5k positions hold about 7 GB, and a prompt set
-        spans several width buckets; ``generate`` visits each bucket once). It is allocated here, outside
-        any compiled step, so that its tensors are inputs whose addresses stay fixed, not graph outputs."""
+        spans several width buckets; ``generate`` visits each bucket once and releases the cache at its end).
+        It is allocated here, outside any compiled step, so that its tensors are inputs whose addresses
+        stay fixed, not graph outputs."""
         key = (batch, width)
         if key not in self._caches:
             self._caches.clear()
@@ -186,6 +187,10 @@ class DecodeEngine:
             cache.early_initialization(batch, cfg.num_key_value_heads, head_dim, self.dtype, self.device)
             self._caches[key] = cache
         return self._caches[key]
+
+    def release_cache(self) -> None:
+        """Drop the KV cache (the compiled steps stay): what a job does after decoding gets the memory."""
+        self._caches.clear()
 
     @staticmethod
     def _rewind(cache: StaticCache, to: int) -> None:
@@ -450,13 +455,16 @@ def generate(
     # batches in order of their prompts' length: each width bucket's cache and compiled steps once
     order = sorted(range(len(prompts)), key=lambda j: len(prompts[j]))
     total, outs = EngineStats(batch_size=batch_size), [None] * len(prompts)
-    for i in tqdm(range(0, len(prompts), batch_size), desc="decode", mininterval=5):
-        batch = replace(decoding, use_cache=conv.attention != "bidirectional", seed=decoding.seed + i)
-        picked = order[i : i + batch_size]
-        rows, st = engine.generate([prompts[j] for j in picked], batch, batch_size=batch_size)
-        for j, row in zip(picked, rows):
-            outs[j] = row
-        total.add(st)
+    try:
+        for i in tqdm(range(0, len(prompts), batch_size), desc="decode", mininterval=5):
+            batch = replace(decoding, use_cache=conv.attention != "bidirectional", seed=decoding.seed + i)
+            picked = order[i : i + batch_size]
+            rows, st = engine.generate([prompts[j] for j in picked], batch, batch_size=batch_size)
+            for j, row in zip(picked, rows):
+                outs[j] = row
+            total.add(st)
+    finally:  # the engine (its compiled steps) is kept on the model; its cache is not held between calls
+        engine.release_cache()
     how = {}
     if conv.is_diffusion:
         d = decoding
