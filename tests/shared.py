@@ -1,5 +1,6 @@
 """What several tests (and ``benchmarks/gpu_check.py``) build the same way: the tiny Qwen3 shape of a
-test teacher and torchrun's command line. Plain Python (no pytest), so that a benchmark imports it."""
+test teacher, torchrun's command line, and a CPU fake of CUDA graphs' output lifetimes for the decode
+engine. Plain Python (no pytest), so that a benchmark imports it."""
 
 import json
 import sys

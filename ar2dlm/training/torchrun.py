@@ -23,7 +23,7 @@ def rendezvous_problem(argv: list[str], resolve=socket.getaddrinfo) -> str | Non
     endpoint = next((a.split("=", 1)[1] for a in argv if a.startswith("--rdzv_endpoint=")), None)
     if not endpoint:
         return None
-    host = endpoint.rsplit(":", 1)[0] if ":" in endpoint else endpoint
+    host = (endpoint.rsplit(":", 1)[0] if ":" in endpoint else endpoint).strip("[]")  # [::1]:29500 too
     if not host:
         return f"--rdzv_endpoint={endpoint} names no host (the job's first node: scontrol show hostnames)"
     try:
