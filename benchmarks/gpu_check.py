@@ -784,9 +784,6 @@ def decode_speed_stage(ctx: Context) -> None:
     dlm = Conventions("block", False, 3, 1, 2, SPEED["block"])
     cuda = ctx.device == "cuda"
 
-    class Tok:
-        eos_token_id, pad_token_id = 1, 2
-
     rows, kinds = {}, {}
     engines = {
         "engine_ar": (DecodeEngine(model, ar, compile=cuda), {}),
@@ -800,7 +797,7 @@ def decode_speed_stage(ctx: Context) -> None:
         kinds[name] = engine.generate([prompt], decoding)[1].ms_per_forward()
     full = Decoding(new, stop_at_eos=False)
     rows["hf_generate"] = median_tokens_per_s(
-        lambda: generate_ar(model, Tok, [prompt], full, batch_size=1), new, device
+        lambda: generate_ar(model, SpeedTok, [prompt], full, batch_size=1), new, device
     )
     rows["vllm"], vllm_note = vllm_tokens_per_s(ctx, model, prompt, new)
     weight_gb = sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9
@@ -828,12 +825,14 @@ def decode_speed_stage(ctx: Context) -> None:
 
 
 # The decode_graphs stage: every conventions combination the engine decodes (attention, shift, block
-# size; tests/test_sampling.py's GRAPHED), two prompts in a batch of three (one row of batch padding), 32
+# size; tests.shared.GRAPHED), two prompts in a batch of three (one row of batch padding), 32
 # new tokens. Random weights with the final norm scaled by GRAPH_SHARPEN: greedy picks far from ties, so
 # fp32 kernels (compiled against eager) pick the same tokens and a wrong step shows as another token.
-GRAPHED = [("causal", True, None), ("bidirectional", False, None), ("bidirectional", True, None)]
-GRAPHED += [("block", shift, bs) for shift in (False, True) for bs in (1, 4, 8)]
 GRAPH_SHARPEN = 60.0
+
+
+class SpeedTok:  # the two ids transformers' generate reads, for the random-weight models of the decode stages
+    eos_token_id, pad_token_id = 1, 2
 
 
 def decode_graphs_stage(ctx: Context) -> None:
@@ -848,7 +847,7 @@ def decode_graphs_stage(ctx: Context) -> None:
     from ar2dlm.core.conventions import Conventions
     from ar2dlm.core.engine import DecodeEngine
     from ar2dlm.core.sampling import Decoding, generate_ar
-    from tests.shared import GraphReplays
+    from tests.shared import GRAPHED, GraphReplays
 
     model, arch = speed_model(ctx, torch.float32)
     with torch.no_grad():
@@ -872,10 +871,7 @@ def decode_graphs_stage(ctx: Context) -> None:
                 got += DecodeEngine(model, conv).generate(prompts, decoding, batch_size=batch)[0]
     plain = Decoding(32, stop_at_eos=False)
 
-    class Tok:
-        eos_token_id, pad_token_id = 1, 2
-
-    hf_ar = generate_ar(model, Tok, prompts, plain, batch_size=batch)
+    hf_ar = generate_ar(model, SpeedTok, prompts, plain, batch_size=batch)
     print(f"decode_graphs: first call (compile and capture) seconds {compile_s or 'none (CPU)'}", flush=True)
 
     def compare(responses):

@@ -74,6 +74,11 @@ def dpo_argv(source: tuple[str, str], train, held_out, settings: dict, out, doma
     ]
 
 
+# every conventions combination the decode engine decodes: (attention, shift, block size)
+GRAPHED = [("causal", True, None), ("bidirectional", False, None), ("bidirectional", True, None)]
+GRAPHED += [("block", shift, bs) for shift in (False, True) for bs in (1, 4, 8)]
+
+
 class GraphReplays:
     """A CPU fake of CUDA graph trees' output lifetimes, over the decode engine's steps
     (``DecodeEngine._step``), for use as a context manager. On a GPU the engine compiles each step kind

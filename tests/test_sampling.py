@@ -9,6 +9,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from ar2dlm.core.conventions import Conventions
 from ar2dlm.core.engine import generate
 from ar2dlm.core.sampling import Decoding, generate_ar, generate_dlm
+from tests.shared import GRAPHED
 
 EOS, PAD, MASK, V = 1, 2, 3, 48
 
@@ -307,11 +308,6 @@ def test_compiled_engine_equals_eager_and_compiles_each_step_kind_once(model):
             assert compiled.generate(batch, Decoding(24, threshold=threshold))[0] == want
     # three compiled kinds (prefill, block, block_first) at one width bucket: thresholds and prompts never recompile
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 3
-
-
-# every conventions combination the engine decodes: (attention, shift, block size)
-GRAPHED = [("causal", True, None), ("bidirectional", False, None), ("bidirectional", True, None)]
-GRAPHED += [("block", shift, bs) for shift in (False, True) for bs in (1, 4, 8)]
 
 
 @pytest.mark.parametrize("attention, shift, block_size", GRAPHED)
