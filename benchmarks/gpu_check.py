@@ -975,10 +975,12 @@ def vllm_tokens_per_s(ctx: Context, model, prompt: list[int], new: int) -> tuple
     return rate, f"vLLM {rate:.0f} tokens/s (the engine's process keeps vLLM's memory: this stage runs last)"
 
 
-DPO_SETTINGS = {  # two optimizer steps: the first is at learning rate 0 (TRL's warm-up starts there)
+# two optimizer steps: the first at learning rate 0 (TRL's warm-up starts there), the second large enough that
+# the trained policy's log-probabilities differ from the base's by more than bf16 rounds (DPO_LOGPS_TOL)
+DPO_SETTINGS = {
     "beta": 0.1,
     "steps": 2,
-    "lr": 1e-3,
+    "lr": 1e-2,
     "batch_size": 2,
     "train_pairs": 4,
     "eval_pairs": 4,
@@ -1011,7 +1013,10 @@ def dpo_step(ctx: Context, check: str, flag: str, source: Path) -> None:
 
 def check_lora_step(ctx: Context, check: str, out: Path, base: Path) -> None:
     """A merged LoRA step moved the linear layers only: the embeddings keep the base's values as DPO
-    loaded them (fp32, or rounded to bf16 for LoRA on a GPU: ``ar2dlm.armap.dpo.train_dpo``)."""
+    loaded them (fp32, or rounded to bf16 for LoRA on a GPU: ``ar2dlm.armap.dpo.train_dpo``). For a
+    causal model, the held-out log-probabilities TRL's forward gave the trained policy on the device equal
+    an fp32 CPU forward of the saved (merged) weights: the step after a real update, which a forward that
+    drops the adapter, cuts or labels the tokens differently, or computes garbage would miss."""
     import torch
 
     from ar2dlm.core.models import load_conventions, load_model
@@ -1031,20 +1036,47 @@ def check_lora_step(ctx: Context, check: str, out: Path, base: Path) -> None:
     # DPO's loss is -log sigmoid(0) = log 2: a reference model, an ELBO's masks not shared by policy and
     # reference, or a wrong sign would show here
     sound = finite and moved > 0 and bool(kept) and info["dpo"]["lora"]
+    held_out = info["evaluation"]  # TRL's; a DLM's held-out pairs are scored on ELBO masks the device draws
+    device = [held_out[f"eval_logps/{k}"] for k in ("chosen", "rejected")] if held_out else []
+    reference = held_out_logps(ctx, out, info["dpo"]) if held_out else []
 
-    def compare(first):
-        return sound and abs(first - math.log(2)) <= DPO_FIRST_LOSS_TOL, (
+    def compare(value):
+        first, logps = value[0], value[1:]
+        rel = max_rel(logps, reference)
+        ok = sound and abs(first - math.log(2)) <= DPO_FIRST_LOSS_TOL and rel <= DPO_LOGPS_TOL
+        held = f", held-out log-probabilities {logps} vs fp32 CPU {reference} ({rel:.1e})" if held_out else ""
+        return ok, (
             f"first loss {first:.6f}, losses {losses}, max |dW| of {len(linear)} projections {moved:.2e}, "
-            f"embeddings kept: {bool(kept)}, reward accuracy {accuracy:.2f}"
+            f"embeddings kept: {bool(kept)}, reward accuracy {accuracy:.2f}{held}"
         )
 
     ctx.judge(
         check,
-        losses[0] if losses else math.nan,
+        [losses[0] if losses else math.nan, *device],
         compare,
         f"two TRL steps (the first at learning rate 0): the first loss log 2 within {DPO_FIRST_LOSS_TOL:g} "
-        "(policy = reference); the merged LoRA delta moves the projections and leaves the embeddings as loaded",
+        "(policy = reference); the merged LoRA delta moves the projections and leaves the embeddings as loaded"
+        + (
+            f"; the trained policy's held-out log-probabilities within {DPO_LOGPS_TOL:g} relative of fp32 on the CPU"
+            if held_out
+            else ""
+        ),
     )
+
+
+def held_out_logps(ctx: Context, out: Path, cfg: dict) -> list[float]:
+    """Mean log-probabilities of the chosen and the rejected held-out responses under the saved model,
+    fp32 on the CPU, cut as TRL cuts them (TRL's ``eval_logps/*`` on the same rows, to 1e-6 on a CPU)."""
+    import torch
+
+    from ar2dlm.armap.dpo import encode_pairs
+    from ar2dlm.core.likelihood import ar_loglikelihood
+    from ar2dlm.core.models import load_model
+    from ar2dlm.provenance import read_jsonl
+
+    model, tok, _, _ = load_model(out, device="cpu", dtype=torch.float32)
+    pairs = encode_pairs(tok, read_jsonl(ctx.work / "prefs_eval.jsonl"), cfg["max_length"])
+    return [float(torch.tensor(ar_loglikelihood(model, p, tok.pad_token_id)).mean()) for p in pairs]
 
 
 def gamma_stage(ctx: Context) -> None:
@@ -1235,6 +1267,12 @@ def stages(device: str, quick: bool) -> list[Stage]:
 # tokens to give a first loss to compare; the whole check's time)
 COMPARES_NO_VALUE = ("wall_time",)
 DPO_FIRST_LOSS_TOL = 1e-3  # |first DPO loss - log 2|: bf16 scores of two identical models agree exactly
+# the trained policy's held-out mean log-probabilities, bf16 on the device against fp32 on the CPU, relative:
+# at the check's CUDA size bf16 autocast on a CPU moved them by 1.2e-3; the adapter left out moves them by
+# 1.0e-2 and 1.9e-2 (chosen, rejected), one token's log-probability by about 3e-2. A causal mask left out
+# moves them by 2e-4 only (this briefly trained teacher predicts mostly from the current token): the
+# training and decoding checks, which compare this project's own forwards, are the ones to catch a mask
+DPO_LOGPS_TOL = 5e-3
 
 
 def check_names(device: str, quick: bool) -> list[str]:

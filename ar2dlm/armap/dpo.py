@@ -406,17 +406,17 @@ def train_dpo(job: DpoJob) -> dict:
         if not _train(trainer, cfg, job.launch, t0, resume):
             return {"stopped_at": trainer.state.global_step, "steps": cfg["steps"]}
         trained = _merged(trainer.model)
-        after, eval_loss = score(trained), None
+        after, evaluation = score(trained), None
     else:
         trainer = make_trainer(model, ref, tok, conv, job, str(work))
         before = trainer.evaluate()["eval_rewards/accuracies"]
         if not _train(trainer, cfg, job.launch, t0, resume):
             return {"stopped_at": trainer.state.global_step, "steps": cfg["steps"]}
-        result = trainer.evaluate()
-        after, eval_loss = result["eval_rewards/accuracies"], result["eval_loss"]
+        evaluation = trainer.evaluate()  # TRL's held-out metrics of the trained policy (loss, log-probabilities)
+        after = evaluation["eval_rewards/accuracies"]
         trained = _merged(trainer.model)
     provenance = dpo_provenance(job, conv, before, after)
-    provenance |= {"eval_loss": eval_loss, "resumed_from_step": checkpoint_step(resume)}
+    provenance |= {"evaluation": evaluation, "resumed_from_step": checkpoint_step(resume)}
     provenance |= {"wall_seconds": round(time.time() - t0, 1), "log": trainer.state.log_history}
     publish(trained, tok, job.out_dir, provenance)
     shutil.rmtree(work)  # the run is complete: its checkpoints resume nothing
@@ -546,7 +546,7 @@ def train_dpo_sharded(job: DpoJob) -> dict | None:
     scoring = held_out_scoring(cfg, conv, tok, seed)
     before, after = (pair_reward_accuracy(m, ref, job.eval_rows, cfg, scoring) for m in (ref, model))
     provenance = dpo_provenance(job, conv, before, after)
-    provenance |= {"eval_loss": None, "sharded": {"processes": world, "trainer": info}}
+    provenance |= {"evaluation": None, "sharded": {"processes": world, "trainer": info}}
     provenance |= {"wall_seconds": round(time.time() - t0, 1), "log": read_jsonl(work / "log.jsonl")}
     save_model(model, tok, job.out_dir, provenance)
     return provenance
