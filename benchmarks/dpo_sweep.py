@@ -13,9 +13,9 @@ conversion's seed-0 checkpoint), its preference pairs and the evaluations' probl
 simpo); without any, the built-in grid below runs. For the base model and for every setting it
 prints and records:
 
-- ``reward_acc``: TRL's held-out implicit-reward accuracy, the share of pairs whose margin
-  beta * (log-ratio of y_w - log-ratio of y_l) against the teacher is positive (0 for the teacher
-  itself, whose margins are all 0);
+- ``reward_acc``: the held-out implicit-reward accuracy, the share of pairs whose margin
+  beta * (log-ratio of y_w - log-ratio of y_l) against the base is positive (TRL's for the teacher:
+  0 for the teacher itself, whose margins are all 0; for a DLM a tie counts half, so 0.5);
 - ``rank_acc``: the share of held-out pairs whose chosen response the model finds more likely
   than the rejected one (log p(y_w|x) > log p(y_l|x)), the teacher's own preference accuracy
   (causal models only: a DLM's would rank two Monte Carlo ELBOs);

@@ -152,7 +152,7 @@ def test_armap_claims_compare_the_merge_with_direct_dpo_and_order_the_domains_ga
     tiny["claims"]["judged"] = {
         "direct": _armap_claim("merged_vs_direct"),
         "simpo": _armap_claim("merged_vs_direct", baseline="simpo"),
-        "order": _armap_claim("gamma_order", lower="math", higher="code"),
+        "order": {**_armap_claim("gamma_order", lower="math", higher="code"), "effect": {"value": 1, "where": "t"}},
     }
     with pytest.raises(ConfigError, match=r"claims\.judged\.simpo\.armap\.baseline.*armap\.dlm_simpo, not configured"):
         check_claims(resolve(tiny))
@@ -259,13 +259,13 @@ def test_the_verdict_rule_on_differences_with_a_known_answer(mean, sd, n, test, 
     assert v.ci == pytest.approx(_interval(diffs))
 
 
-def test_two_floors_or_two_ceilings_are_degenerate_not_a_verdict():
+def test_two_floors_or_two_ceilings_are_uninformative_not_a_verdict():
     from ar2dlm.reporting.claims import judge
 
     zeros = judge([0.0, 0.02, 0.01], "greater", 0.03, {"opd": 0.01, "opd_off": 0.0})
-    assert zeros.verdict.startswith("degenerate (every run at the floor") and "opd 0.010" in zeros.verdict
+    assert zeros.verdict.startswith("uninformative (every run at the floor") and "opd 0.010" in zeros.verdict
     assert judge(_spread(0.01, 0.01, 3), "not_worse", 0.03, {"a": 0.97, "b": 0.99}).verdict.startswith(
-        "degenerate (every run at the ceiling"
+        "uninformative (every run at the ceiling"
     )
     assert judge(_spread(0.25, 0.05, 3), "greater", 0.03, {"a": 0.3, "b": 0.05}).verdict == "holds"
     assert judge(_spread(-0.11, 0.01, 3), "greater", 2.0, None).verdict.startswith("does not hold")  # gamma: no scores
@@ -304,10 +304,63 @@ def test_an_inconclusive_claim_names_the_seeds_for_power_and_a_decided_one_none(
     from ar2dlm.reporting.claims import _sizing, judge, seeds_for_power
 
     wide = judge(_spread(0.05, 0.1, 4), "greater", 0.061)
-    assert wide.verdict == "inconclusive" and _sizing(wide, 0.061) == str(seeds_for_power(0.061, 0.1))
-    assert _sizing(judge(_spread(0.1, 0.02, 5), "greater", 0.061), 0.061) is None
-    assert _sizing(judge(_spread(0.0, 5.0, 3), "greater", 0.01), 0.01).startswith("> 1000")
-    assert _sizing(judge([0.1, 0.2], "greater", 0.061), 0.061) == str(seeds_for_power(0.061, 0.0707))
+    assert wide.verdict == "inconclusive"
+    assert _sizing(wide, 0.061, 4, 0.0) == f"{seeds_for_power(0.061, 0.1)} (sd 0.1 from 4 seeds)"
+    assert _sizing(judge(_spread(0.1, 0.02, 5), "greater", 0.061), 0.061, 5, 0.0) is None
+    assert _sizing(judge(_spread(0.0, 5.0, 3), "greater", 0.01), 0.01, 3, 0.0).startswith("> 1000")
+    two = _sizing(judge([0.1, 0.2], "greater", 0.061), 0.061, 2, 0.0)
+    assert two == f"{seeds_for_power(0.061, 0.0707)} (sd 0.0707 from 2 seeds)"
+    # a spread below the measure's rounding is sized at the rounding's
+    level = judge([0.1, 0.1, 0.1], "greater", 0.15, step=0.15)  # [-0.008, +0.208]
+    assert _sizing(level, 0.15, 3, 0.15).endswith("(sd 0.0433 from 3 seeds)")
+
+
+@pytest.mark.parametrize(
+    "mean, sd, n, verdict",
+    [
+        (0.10, 0.02, 5, "holds"),  # [0.075, 0.125]: clears E
+        (0.03, 0.006, 5, "smaller than the paper's (the interval lies above 0 and below +0.061)"),  # [0.023, 0.037]
+        (0.06, 0.02, 5, "inconclusive (above 0; the paper's +0.061 neither cleared nor excluded)"),  # [0.035, 0.085]
+        (0.0, 0.015, 5, "does not hold (the paper's effect excluded, the interval lies below"),  # [-0.019, 0.019]
+        (-0.1, 0.02, 3, "does not hold (the paper's effect excluded, reversed"),
+    ],
+)
+def test_a_claim_that_states_a_size_holds_only_when_its_interval_clears_it(mean, sd, n, verdict):
+    """The same intervals a direction reads as holding hold for a stated size only above it; above 0 and
+    below the size they are smaller than the paper's."""
+    from ar2dlm.reporting.claims import judge
+
+    v = judge(_spread(mean, sd, n), "greater", 0.061, size=True)
+    assert v.verdict.startswith(verdict), v.verdict
+    assert v.ci == pytest.approx(_interval(_spread(mean, sd, n)))
+
+
+def test_seeds_that_agree_exactly_are_judged_at_the_measures_resolution_and_a_coarse_measure_cannot_decide():
+    """Six seeds of exactly 0 on 24 held-out pairs: the interval is the rounding's (step / sqrt(12) a seed),
+    not a point; a measure whose step is coarser than the paper's effect decides nothing."""
+    from scipy import stats
+
+    from ar2dlm.reporting.claims import judge
+
+    step = 1 / 24
+    v = judge([0.0] * 6, "greater", 0.05, step=step)
+    half = stats.t.ppf(0.975, 5) * step / 12**0.5 / 6**0.5
+    assert v.ci == pytest.approx((-half, half)) and v.sd == 0.0
+    assert v.verdict.startswith("does not hold") and 0 < v.p_bound < 0.05
+    assert judge([0.0] * 6, "greater", 0.03).ci == (0.0, 0.0)  # a continuous measure: no rounding to widen it
+    coarse = judge(_spread(0.05, 0.05, 4), "greater", 0.03, step=0.042)
+    assert coarse.verdict == (
+        "cannot decide (its step 0.042 is coarser than the paper's effect 0.03: 2x its items would resolve it)"
+    )
+    assert coarse.p_bound != coarse.p_bound  # not tested: outside Holm's family
+
+
+def test_holm_adjusts_each_decided_verdict_over_the_claims_tested():
+    from ar2dlm.reporting.claims import holm
+
+    nan = float("nan")
+    adjusted = holm([0.01, 0.04, nan, 1.0])
+    assert adjusted[:2] == pytest.approx([0.03, 0.08]) and adjusted[3] == 1.0 and adjusted[2] != adjusted[2]
 
 
 def test_best_other_lowest_threshold_equal_flops_and_the_teacher_floor_read_known_scores(tiny):
@@ -434,8 +487,8 @@ def test_a_training_throughput_claim_reads_the_manifests_against_a_relative_effe
 
 def test_spectral_shadowing_reads_the_spectra_in_orders_of_magnitude(tiny):
     """The shadowing measure is log10 of the median over weight matrices of tau_diffusion's spectral
-    norm over tau_pref's, one difference per DLM and domain, judged against one order of magnitude;
-    it names no merge (the spectra come before any)."""
+    norm over tau_pref's, one difference per seed (the mean over its domains), judged against one order
+    of magnitude; it names no merge (the spectra come before any)."""
     from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
@@ -452,8 +505,9 @@ def test_spectral_shadowing_reads_the_spectra_in_orders_of_magnitude(tiny):
         ratios = [10 ** (1.5 + 0.1 * i), 10 ** (2.0 + 0.1 * i), 1e9, float("inf"), float("inf")]
         path.write_text("parameter,shadowing_ratio\n" + "".join(f"w{k},{r}\n" for k, r in enumerate(ratios)))
     row = evaluate_claims(resolve(tiny))[0].iloc[0]
-    assert row["seeds"] == 6 and row["effect"] == pytest.approx(2.25)
-    assert row["verdict"] == "holds" and row["paper effect"] == 1
+    assert row["seeds"] == 3 and row["effect"] == pytest.approx(2.25)  # per seed 2.05, 2.25, 2.45
+    assert row["differences"] == "+2.050, +2.250, +2.450"
+    assert row["verdict"] == "holds" and row["paper effect"] == 1 and row["step"] == 0.0
     shadow["armap"]["merge"] = "task_arithmetic"
     with pytest.raises(ConfigError, match=r"claims\.judged\.shadow\.armap\.merge.*before any merge"):
         check_claims(resolve(tiny))
@@ -566,22 +620,32 @@ def test_a_speed_claim_reads_the_row_at_the_benchmarks_threshold_against_the_tea
 
 def test_transfer_against_no_vector_and_against_gamma_one_read_the_gamma_curve(tiny):
     """vs_no_transfer: held-out reward accuracy at gamma_hat minus at gamma 0 (TIES and DARE claims);
-    vs_gamma_one: minus at gamma 1; a grid without the reference gamma is refused by key."""
+    vs_gamma_one: minus at gamma 1; above_one: at the best gamma above 1 minus the best at or below 1,
+    chosen on the search pairs; one difference per seed, the mean over its domains, its step 1 / (test
+    pairs x domains); a grid without the reference gamma is refused by key."""
     from ar2dlm.pipeline.checks import check_claims
     from ar2dlm.pipeline.config import ConfigError
     from ar2dlm.reporting.claims import claim_inputs, evaluate_claims
 
-    tiny["claims"]["judged"] = {"none": _armap_claim("vs_no_transfer"), "one": _armap_claim("vs_gamma_one")}
+    tiny["claims"]["judged"] = {
+        "none": _armap_claim("vs_no_transfer"),
+        "one": _armap_claim("vs_gamma_one"),
+        "above": _armap_claim("above_one"),
+    }
     check_claims(resolve(tiny))
     for path in map(Path, claim_inputs(resolve(tiny))):
         path.parent.mkdir(parents=True, exist_ok=True)
-        seed = int(path.parts[-4].removeprefix("seed"))
-        acc = {0: 0.5, 1: 0.55, 3: 0.6 + 0.01 * seed}  # gamma_hat 3
-        curve = [{"gamma": g, "test_reward_accuracy": a} for g, a in acc.items()]
-        path.write_text(json.dumps({"gamma_hat": 3, "curve": curve}))
+        seed, code = int(path.parts[-4].removeprefix("seed")), path.parts[-3] == "code"
+        # (search, test) accuracy: gamma_hat 3 on the search pairs; above 1, 3 beats 4 there and 4 wins on test
+        three = 0.6 + 0.01 * seed + 0.02 * code
+        acc = {0: (0.5, 0.5), 0.5: (0.52, 0.7), 1: (0.55, 0.55), 3: (0.6, three), 4: (0.58, 0.9)}
+        curve = [{"gamma": g, "reward_accuracy": a, "test_reward_accuracy": t} for g, (a, t) in acc.items()]
+        path.write_text(json.dumps({"gamma_hat": 3, "curve": curve, "test_pairs": 25}))
     df = evaluate_claims(resolve(tiny))[0].set_index("id")
-    assert df.loc["none", "seeds"] == 6 and df.loc["none", "effect"] == pytest.approx(0.11)
-    assert df.loc["one", "effect"] == pytest.approx(0.06)
+    assert df.loc["none", "seeds"] == 3 and df.loc["none", "effect"] == pytest.approx(0.12)  # code +0.02, math 0
+    assert df.loc["none", "differences"] == "+0.110, +0.120, +0.130"
+    assert df.loc["one", "effect"] == pytest.approx(0.07) and df.loc["one", "step"] == pytest.approx(0.02)
+    assert df.loc["above", "effect"] == pytest.approx(0.07)  # 3 (not 4) against 1 (not 0.5): the search pairs chose
     tiny["armap"]["gamma"]["grid"] = [0.5, 1, 2]
     with pytest.raises(ConfigError, match=r"armap\.gamma\.grid.*compares with gamma 0"):
         check_claims(resolve(tiny))

@@ -481,7 +481,7 @@ BAD_CONFIGS = [
                         "paper": "AR-MAP",
                         "text": "t",
                         "direction": "greater",
-                        "armap": {"measure": "gamma_hat", "merge": "task_arithmetic"},
+                        "armap": {"measure": "above_one", "merge": "task_arithmetic"},
                         **EFFECT,
                     }
                 }

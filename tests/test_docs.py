@@ -82,6 +82,22 @@ def test_readme_is_short_and_links_every_page_of_docs():
     assert PAGES[1:] and not unlinked, f"pages the README does not link: {unlinked}"
 
 
+def test_the_readmes_counts_are_what_the_config_resolves_to():
+    """The README's conversion and claim counts of tiny and tiny_full are the resolver's."""
+    from ar2dlm.pipeline.config import merge_preset
+    from ar2dlm.pipeline.resolved import resolve
+
+    text = " ".join((REPO / "README.md").read_text().split())
+    tiny, full = (resolve(merge_preset({"preset": p}, REPO / "config")) for p in ("tiny", "tiny_full"))
+    grid = re.search(r"the tiny grid is (\d+) conversion jobs, tiny_full (\d+)\)", text)
+    assert grid and (int(grid[1]), int(grid[2])) == (len(tiny.conversions), len(full.conversions))
+    claims = re.search(r"\((\d+) on three seeds in `tiny`, (\d+) in `tiny_full`, and one beyond them\)", text)
+    papers = [c for c in full.claims if c.paper != "combined"]
+    assert claims and (int(claims[1]), int(claims[2])) == (len(tiny.claims), len(papers))
+    assert len(full.claims) - len(papers) == 1
+    assert f"{len(tiny.claims)} claims on three seeds" in text
+
+
 def test_the_commands_the_snakefile_and_readme_show_run_as_written():
     """Each `snakemake ...` command in the Snakefile's header and in the code blocks of the README and docs
     parses with Snakemake's own argument parser, names rules and config files that exist, and a run outside

@@ -175,15 +175,8 @@ def test_tables_figures_and_claims(smoke_run):
             assert row["verdict"].startswith("uninformative (the AR teacher itself scores"), row.to_dict()
         elif row["id"] in ("armap_beats_direct_dpo", "armap_beats_simpo") and low:  # none of its benchmarks
             assert row["seeds"] == 0 and row["verdict"].startswith("uninformative (nothing to compare"), row.to_dict()
-        elif row["id"] == "armap_maths_gamma_lower":  # one difference per DLM (mdlm, combined)
-            assert row["seeds"] == 2 and row["verdict"].startswith("inconclusive (fewer than 3 seeds;"), row.to_dict()
-        elif row["study"] == "armap":  # two DLMs (mdlm, combined) x two domains: four differences, a real test
-            assert row["seeds"] == 4 and row["verdict"].split(" (")[0] in (
-                "holds",
-                "does not hold",
-                "inconclusive",
-                "degenerate",
-            ), row.to_dict()
+        elif row["study"] == "armap":  # two DLMs (mdlm, combined) and two domains of seed 0: one replicate
+            assert row["seeds"] == 1 and row["verdict"].startswith("inconclusive (fewer than 3 seeds;"), row.to_dict()
         else:
             # one seed: no verdict, but whether it reproduces the paper's effect (the paper preset's reading)
             assert row["verdict"].startswith(("inconclusive (fewer than 3 seeds; the one seed", "uninformative")), (

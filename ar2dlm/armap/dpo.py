@@ -140,11 +140,23 @@ def reference_scores(ref, rows: list[dict], scoring: PairScoring) -> tuple:
     return scoring.elbos(ref, wins, 0), scoring.elbos(ref, loses, 1)
 
 
+def preference_accuracies(margins: torch.Tensor) -> torch.Tensor:
+    """Share of pairs (the last dimension) whose reward margin (chosen minus rejected) is positive, a tie
+    counting half: a model that prefers neither response (the reference itself, every margin 0) scores
+    0.5, as chance does, so a comparison with it cannot pass on a perturbation that carries no preference."""
+    return ((margins > 0).float() + 0.5 * (margins == 0).float()).mean(-1)
+
+
+def preference_accuracy(margins: torch.Tensor) -> float:
+    """:func:`preference_accuracies` of one set of pairs."""
+    return float(preference_accuracies(margins))
+
+
 def reward_accuracy(model, rows: list[dict], refs: tuple, beta: float, scoring: PairScoring) -> float:
-    """Share of pairs whose implicit reward margin against the reference (``refs``, from
-    :func:`reference_scores` with the same ``scoring``: the same masks) is positive."""
+    """:func:`preference_accuracy` of the implicit reward margins against the reference (``refs``, from
+    :func:`reference_scores` with the same ``scoring``: the same masks)."""
     (rw, rl), (mw, ml) = refs, reference_scores(model, rows, scoring)
-    return float((beta * (mw - rw) > beta * (ml - rl)).float().mean())
+    return preference_accuracy(beta * (mw - rw) - beta * (ml - rl))
 
 
 def checkpoint_every(cfg: dict) -> int:
@@ -425,7 +437,9 @@ def train_dpo(job: DpoJob) -> dict:
 
 def dpo_provenance(job: DpoJob, conv, before: float, after: float) -> dict:
     """What every DPO result records, one process or sharded: the model, its data and its reward
-    accuracy before and after (the caller adds how it trained)."""
+    accuracy before and after (the caller adds how it trained): :func:`preference_accuracy` (a tie
+    counts half: 0.5 before training, where the policy is its reference), except a causal model's
+    through TRL, which is TRL's ``eval_rewards/accuracies`` (a tie counts 0)."""
     return {
         **conv.to_dict(),
         "method": f"dlm_{objective(job.cfg)}" if conv.is_diffusion else "ar_dpo",
@@ -491,8 +505,8 @@ def held_out_scoring(cfg: dict, conv: Conventions, tok, seed: int) -> PairScorin
 
 
 def pair_reward_accuracy(model, ref, rows: list[dict], cfg: dict, scoring: PairScoring) -> float:
-    """Share of held-out pairs whose implicit reward margin (policy against reference) is positive:
-    causal log-likelihoods, or ELBOs on the masks ``scoring`` shares between both models."""
+    """:func:`preference_accuracy` of the held-out pairs' implicit reward margins (policy against
+    reference): causal log-likelihoods, or ELBOs on the masks ``scoring`` shares between both models."""
     from ..core.likelihood import ar_loglikelihood
 
     if scoring.conv.is_diffusion:
@@ -504,7 +518,7 @@ def pair_reward_accuracy(model, ref, rows: list[dict], cfg: dict, scoring: PairS
         return torch.tensor(ar_loglikelihood(m, pairs, tok.pad_token_id))
 
     margin = (score(model, wins) - score(ref, wins)) - (score(model, loses) - score(ref, loses))
-    return float((cfg["beta"] * margin > 0).float().mean())
+    return preference_accuracy(cfg["beta"] * margin)
 
 
 def train_dpo_sharded(job: DpoJob) -> dict | None:

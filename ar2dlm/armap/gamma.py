@@ -4,7 +4,8 @@ For each gamma of a grid, the merged DLM ``W_DLM + gamma * tau_pref`` (tau as is
 DARE-dropped; built tensor by tensor from the model folders) is scored by its batch reward
 accuracy on held-out preference pairs: the share of pairs with beta * (log p_merged(y_w|x) -
 log p_ref(y_w|x)) > beta * (log p_merged(y_l|x) - log p_ref(y_l|x)), the reference being the DLM
-itself (gamma = 0). DLM log-likelihoods are the core ELBO estimator with the same Monte Carlo masks
+itself (gamma = 0; every margin is 0 there, and a tie counts half, so its accuracy is 0.5, chance).
+DLM log-likelihoods are the core ELBO estimator with the same Monte Carlo masks
 for every gamma and for the reference (common random numbers), so differences between gammas are
 not mask noise. The pairs are split in two: gamma_hat
 is the most accurate gamma on the search half (the smallest among ties), and the curve is also
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .choice import best_point
 from .dpo import PairScoring, reference_scores, reward_accuracy, scorable
 from .merge import MergeSettings, stream_merge
 
@@ -84,7 +86,7 @@ def gamma_search(model, conv, tok, weights: tuple, rows: list[dict], search: Gam
                 "seconds": round(time.time() - t0, 2),
             }
         )
-    best = max(curve, key=lambda r: (r["reward_accuracy"], -r["gamma"]))
+    best = best_point(curve)
     set_gamma(best["gamma"])
     return {
         "curve": curve,

@@ -564,6 +564,11 @@ def check_armap_claim(a: dict, key: str, spec: dict) -> None:
     reference = {"vs_gamma_one": 1, "vs_no_transfer": 0}.get(spec["measure"])
     if reference is not None and reference not in a["gamma"]["grid"]:
         raise ConfigError("armap.gamma.grid", f"{key} compares with gamma {reference}, which the grid does not search")
+    grid = a["gamma"]["grid"]
+    if spec["measure"] == "above_one" and not (any(g > 1 for g in grid) and any(g <= 1 for g in grid)):
+        raise ConfigError(
+            "armap.gamma.grid", f"{key} compares gammas above 1 with those at or below: {grid} lacks one side"
+        )
     if "baseline" in spec and spec["measure"] != "merged_vs_direct":
         raise ConfigError(
             f"{key}.armap.baseline", f"only merged_vs_direct compares with a baseline, not {spec['measure']}"

@@ -8,34 +8,47 @@ searches. This module only judges them. The statistics are scipy's: a paired t-t
 (``scipy.stats.ttest_1samp`` on the per-seed differences, which is ``ttest_rel`` on the pairs) and
 the 95% t confidence interval of the mean difference. Each claim names the paper's effect E
 (``effect``: the paper's number, in the claim's measure or relative to the compared arm, or a
-stated effect with its reason where the paper gives none). Verdicts (``VERDICT_RULE``):
+stated effect with its reason where the paper gives none), and whether its sentence states that size
+(``effect.size``). Verdicts (``VERDICT_RULE``), the same rule for every claim, with S = E for a claim
+that states a size and S = 0 for one that states a direction:
 
-- ``greater``: holds when the interval lies above 0 (noted when it also lies below E: a smaller
-  effect than the paper's); does not hold only when the interval excludes the paper's effect (lies
-  below E: smaller than claimed, or reversed); else inconclusive.
+- ``greater``: holds when the interval lies above S (for a direction, noted when it also lies below
+  E: a smaller effect than the paper's); a size claim whose interval lies above 0 and below E reads
+  "smaller than the paper's"; does not hold when the interval lies below E and does not clear 0
+  (smaller than claimed, or reversed); else inconclusive.
 - ``not_worse`` (``near_best``: against the best other run of the study): E is the loss the claim
   tolerates; holds when the interval lies above -E, does not hold when it lies below -E, else
   inconclusive.
+- A measure's resolution (``step``: one per-seed difference moves by at least this much, 1 / tasks
+  for a score over tasks, 1 / pairs for a reward accuracy) bounds the spread it is judged with from
+  below (step / sqrt(12), the spread of rounding to that step): seeds that agree exactly are not an
+  interval of width 0. A measure whose step is coarser than E cannot decide the claim.
 - Fewer than 3 seeds: inconclusive, with whether their mean reproduces the paper's effect (at least
   half of E; for not_worse, no loss beyond E): the paper preset runs one seed.
 - Every compared run's mean below 0.05 or every one above 0.95 on the claim's metric (a score in
-  [0, 1]): degenerate, never a verdict (two floors, or two ceilings, compared).
+  [0, 1]): uninformative, never a verdict (two floors, or two ceilings, compared).
 - The AR teacher itself below ``claims.teacher_floor`` (default 0.3) on that metric: uninformative,
   never a verdict (the runs are conversions of it; a benchmark it cannot do cannot show what they
   keep).
 
+A claim's replicate is the seed: AR-MAP's DLMs, domains and benchmarks of one seed are averaged into
+one difference. Beside each verdict the report gives it after Holm's correction over the preset's
+claims (the p-value of the bound the verdict crossed, times the claims still in the family).
+
 An inconclusive claim is sized (``seeds_for_power``): the fewest seeds at which the paired t-test
 detects the paper's effect with 80% power at the measured per-seed spread (the same seeds exclude
-E with 80% power were the true effect 0).
+E with 80% power were the true effect 0); the report names the spread and the seeds it rests on.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+import statistics
+from dataclasses import astuple, dataclass, replace
 
 import pandas as pd
 
+from ..armap.choice import best_point
 from ..pipeline import layout
 from ..pipeline.claims import BEST_OTHER, TEACHER, TRAINING, Claim
 from ..pipeline.jobs import dlm_dpo_seeds
@@ -51,15 +64,24 @@ POWER = 0.8  # an inconclusive claim is sized for this power at the paper's effe
 REPRODUCED = 0.5  # a reading on fewer than MIN_SEEDS seeds reproduces the paper when it reaches this share of E
 VERDICT_RULE = (
     f"paired t-test on the per-seed differences (scipy.stats) and the {CONFIDENCE:.0%} t confidence "
-    "interval of their mean, against the paper's effect E (the claim's 'paper effect'). greater: holds when "
-    "the interval lies above 0; does not hold only when it lies below E (smaller than the paper's effect, "
-    "or reversed); not_worse and near_best (E: the loss the claim tolerates): hold when the interval lies "
-    f"above -E, do not hold when it lies below -E; otherwise inconclusive, sized by the seeds that detect E "
-    f"with {POWER:.0%} power at the measured spread; with fewer than {MIN_SEEDS} seeds inconclusive, saying "
+    "interval of their mean, against the paper's effect E (the claim's 'paper effect') and the size S its "
+    "sentence states (E for a stated size, 0 for a stated direction). greater: holds when the interval lies "
+    "above S; a size claim whose interval lies above 0 and below E is smaller than the paper's; does not hold "
+    "when the interval lies below E and does not clear 0 (smaller than the paper's effect, or reversed); "
+    "not_worse and near_best (E: the loss the claim tolerates): hold when the interval lies above -E, do not "
+    "hold when it lies below -E; otherwise inconclusive, sized by the seeds that detect E with "
+    f"{POWER:.0%} power at the measured spread. The spread is at least the measure's step / sqrt(12) (its "
+    "rounding), and a measure whose step is coarser than E cannot decide; one seed is one replicate (AR-MAP's "
+    f"DLMs, domains and benchmarks of a seed averaged); with fewer than {MIN_SEEDS} seeds inconclusive, saying "
     f"whether their mean reproduces the paper (at least {REPRODUCED:.0%} of E; not worse: no loss beyond E); every "
-    f"compared run's mean below {FLOOR} or above {CEILING} on the claim's metric: degenerate; the AR teacher "
+    f"compared run's mean below {FLOOR} or above {CEILING} on the claim's metric: uninformative; the AR teacher "
     "itself below the teacher floor (claims.teacher_floor, default 0.3) on it: uninformative"
 )
+
+
+def read_input(path: str):
+    """One file the claims read: an evaluation, manifest or gamma curve (JSON), or a spectra table (CSV)."""
+    return pd.read_csv(path) if str(path).endswith(".csv") else read_json(path)
 
 
 def _mean(xs) -> float:
@@ -77,7 +99,7 @@ def claim_model(resolved: Resolved, c: Claim) -> str:
 
 def _teacher_score(resolved: Resolved, model: str, benchmark: str) -> float:
     """The AR teacher's headline score on a benchmark (its one evaluation)."""
-    return resolved.benchmarks[benchmark].headline_value(read_json(layout.eval_path(benchmark, model, TEACHER)))
+    return resolved.benchmarks[benchmark].headline_value(read_input(layout.eval_path(benchmark, model, TEACHER)))
 
 
 def _informative(resolved: Resolved, c: Claim) -> tuple[list[str], list[str]]:
@@ -115,10 +137,10 @@ def _value(resolved: Resolved, c: Claim, run: str, seed, step=None, decoding: st
         ]
         return sum(_value(resolved, x, run, seed, step, decoding) for x in one) / len(one)
     if c.benchmark == TRAINING:  # the run's training throughput, from its manifest
-        manifest = read_json(layout.conversion_manifest(claim_model(resolved, c), run, seed))
+        manifest = read_input(layout.conversion_manifest(claim_model(resolved, c), run, seed))
         return manifest["tokens"] / manifest["train_seconds"]
     step = None if run == TEACHER else step or resolved.run(run).steps
-    res = read_json(layout.eval_path(c.benchmark, claim_model(resolved, c), run, seed, step))
+    res = read_input(layout.eval_path(c.benchmark, claim_model(resolved, c), run, seed, step))
     if not resolved.benchmarks[c.benchmark].kind.rows:
         return res["metrics"][c.metric]
     rows, which = res["rows"], decoding or c.decoding
@@ -140,47 +162,77 @@ class Verdict:
     sd: float
     ci: tuple[float, float]
     p: float  # two-sided paired t-test of mean difference 0
+    # two-sided p of the bound the verdict crossed (Holm's input): 1 when tested and none crossed, nan when not tested
+    p_bound: float = float("nan")
 
 
-def verdict(diffs: list[float], test: str, effect: float) -> Verdict:
+def verdict(diffs: list[float], test: str, effect: float, size: bool = False, step: float = 0.0) -> Verdict:
     """The verdict on paired differences a - b under ``test``, against the paper's effect
-    ``effect`` > 0 (for not_worse and near_best: the loss tolerated; the rule: VERDICT_RULE)."""
-    from scipy import stats
+    ``effect`` >= 0 (for not_worse and near_best: the loss tolerated), for a claim that states that size
+    (``size``) or a direction, on a measure of resolution ``step`` (the rule: VERDICT_RULE)."""
+    from scipy import special  # the t distribution's quantile and tail: scipy.stats.t's own functions
 
     if test not in ("greater", "not_worse", "near_best"):
         raise ValueError(f"unknown test {test!r} (known: greater, not_worse, near_best)")
     if not effect >= 0:
         raise ValueError(f"the paper's effect must be >= 0, got {effect!r}")
     n = len(diffs)
-    s = pd.Series(diffs, dtype=float)
-    mean, sd = float(s.mean()), float(s.std()) if n > 1 else float("nan")
+    mean = statistics.fmean(diffs) if n else float("nan")
+    sd = statistics.stdev(diffs) if n > 1 else float("nan")
     few = f"inconclusive (fewer than {MIN_SEEDS} seeds; {reproduction(mean, n, test, effect)})"
     if n < 2:
         return Verdict(few, mean, sd, (float("nan"), float("nan")), float("nan"))
-    if sd == 0:  # t is undefined; the interval is the point itself
-        ci, p = (mean, mean), (1.0 if mean == 0 else 0.0)
-    else:
-        res = stats.ttest_1samp(diffs, 0.0)
-        low, high = res.confidence_interval(CONFIDENCE)
-        ci, p = (float(low), float(high)), float(res.pvalue)
+    # the t interval (scipy.stats.ttest_1samp's) with the spread no smaller than the measure's rounding
+    se = max(sd, step / math.sqrt(12)) / math.sqrt(n)
+
+    def p_at(x: float) -> float:  # two-sided p of a true mean difference x
+        if se == 0:
+            return 1.0 if mean == x else 0.0
+        return float(2 * special.stdtr(n - 1, -abs(mean - x) / se))
+
+    half = float(special.stdtrit(n - 1, 0.5 + CONFIDENCE / 2)) * se
+    ci, p = (mean - half, mean + half), p_at(0.0)
     if n < MIN_SEEDS:
         return Verdict(few, mean, sd, ci, p)
+    if effect > 0 and step > effect:
+        more = math.ceil(step / effect)
+        why = f"its step {step:.3g} is coarser than the paper's effect {effect:.4g}: {more}x its items would resolve it"
+        return Verdict(f"cannot decide ({why})", mean, sd, ci, p)
+    bound = 1.0  # tested, no bound crossed
     if test == "greater":
-        if ci[0] > 0:
+        size_bound = effect if size else 0.0
+        if ci[0] > size_bound:
             smaller = f" (an effect smaller than the paper's: the interval lies below +{effect:.4g})"
-            v = "holds" + (smaller if ci[1] < effect else "")
-        elif ci[1] < effect:
+            v, bound = "holds" + (smaller if ci[1] < effect else ""), p_at(size_bound)
+        elif ci[0] > 0 and ci[1] < effect:  # a size claim: the direction holds, the size does not
+            v = f"smaller than the paper's (the interval lies above 0 and below +{effect:.4g})"
+            bound = max(p, p_at(effect))
+        elif ci[1] < effect and ci[0] <= 0:
             why = "reversed: the interval lies below 0" if ci[1] < 0 else f"the interval lies below +{effect:.4g}"
-            v = f"does not hold (the paper's effect excluded, {why})"
+            v, bound = f"does not hold (the paper's effect excluded, {why})", p_at(effect)
+        elif ci[0] > 0:
+            v = f"inconclusive (above 0; the paper's +{effect:.4g} neither cleared nor excluded)"
         else:
             v = "inconclusive"
     elif ci[0] >= -effect:
-        v = "holds"
+        v, bound = "holds", p_at(-effect)
     elif ci[1] < -effect:
         v = f"does not hold (a loss beyond the tolerated {effect:.4g}: the interval lies below -{effect:.4g})"
+        bound = p_at(-effect)
     else:
         v = "inconclusive"
-    return Verdict(v, mean, sd, ci, p)
+    return Verdict(v, mean, sd, ci, p, bound)
+
+
+def holm(bounds: list[float]) -> list[float]:
+    """Holm's step-down adjustment of the verdicts' p-values over one preset's claims; the family is the
+    claims tested (nan: not tested, left out)."""
+    tested = sorted((p, i) for i, p in enumerate(bounds) if not math.isnan(p))
+    adjusted, running = [float("nan")] * len(bounds), 0.0
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (len(tested) - rank) * p))
+        adjusted[i] = running
+    return adjusted
 
 
 def reproduction(mean: float, n: int, test: str, effect: float) -> str:
@@ -228,10 +280,17 @@ def seeds_for_power(effect: float, sd: float, power: float = POWER) -> int | Non
     return lo
 
 
-def judge(diffs: list[float], test: str, effect: float, arms: dict[str, float] | None = None) -> Verdict:
+def judge(
+    diffs: list[float],
+    test: str,
+    effect: float,
+    arms: dict[str, float] | None = None,
+    size: bool = False,
+    step: float = 0.0,
+) -> Verdict:
     """``verdict``, unless the runs compared (``arms``: each run's mean on the claim's metric, a
-    score in [0, 1]) all sit at the floor or all at the ceiling: then the study is degenerate."""
-    v = verdict(diffs, test, effect)
+    score in [0, 1]) all sit at the floor or all at the ceiling: then the comparison is uninformative."""
+    v = verdict(diffs, test, effect, size, step)
     if (
         arms
         and len(diffs) >= MIN_SEEDS
@@ -239,7 +298,7 @@ def judge(diffs: list[float], test: str, effect: float, arms: dict[str, float] |
     ):
         where = "floor" if all(m < FLOOR for m in arms.values()) else "ceiling"
         means = ", ".join(f"{r} {m:.3f}" for r, m in arms.items())
-        return Verdict(f"degenerate (every run at the {where}: {means})", v.mean, v.sd, v.ci, v.p)
+        return Verdict(f"uninformative (every run at the {where}: {means})", v.mean, v.sd, v.ci, v.p)  # no bound
     return v
 
 
@@ -288,13 +347,39 @@ def claim_inputs(resolved: Resolved) -> list[str]:
 
 
 ARMAP_MEASURES = {
-    "gamma_hat": "gamma_hat - 1",
+    "above_one": "test reward accuracy at the best gamma above 1 minus at the best gamma at or below 1 (each "
+    "chosen on the search pairs)",
     "vs_gamma_one": "test reward accuracy at gamma_hat minus at gamma 1",
     "vs_no_transfer": "test reward accuracy at gamma_hat minus at gamma 0 (the DLM without the preference vector)",
     "merged_vs_direct": "the merged DLM (gamma_hat) minus the same DLM trained directly, on each domain's benchmarks",
     "gamma_order": "gamma_hat of the higher domain minus that of the lower domain",
     "shadowing": "log10 of the median over weight matrices of spectral_norm(tau_diffusion) / spectral_norm(tau_pref)",
 }
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A claim's per-seed differences, what they measure, each compared arm's mean (None where the claim
+    reads no scores), and the measure's step (one per-seed difference moves by at least this much; 0 for
+    a continuous measure)."""
+
+    diffs: list[float]
+    measure: str
+    arms: dict[str, float] | None
+    step: float = 0.0
+
+
+def per_seed(cells: list[tuple[int, float]]) -> tuple[list[float], int]:
+    """One difference per seed, the mean of its cells (the DLMs, domains and benchmarks of one seed share
+    its conversion and DPO runs: they are not independent replicates), and the cells per seed."""
+    seeds = sorted({seed for seed, _ in cells})
+    return [_mean([x for seed, x in cells if seed == s]) for s in seeds], len(cells) // max(len(seeds), 1)
+
+
+def _score_step(result: dict) -> float:
+    """The step of a score over an evaluation's tasks (1 / tasks x samples; 0 when it does not say)."""
+    n = result.get("n_tasks", 0) * result.get("samples_per_task", 1)
+    return 1.0 / n if n else 0.0
 
 
 def _baseline(c: Claim) -> str:
@@ -316,58 +401,72 @@ def _armap_evals(resolved: Resolved) -> list[tuple[tuple, str, str]]:
     ]
 
 
-def _armap_differences(resolved: Resolved, c: Claim) -> tuple[list[float], str, dict[str, float] | None]:
-    """AR-MAP's differences (ARMAP_MEASURES), and for merged-vs-direct the two arms' means (None
-    otherwise)."""
+def _armap_differences(resolved: Resolved, c: Claim) -> Measured:
+    """AR-MAP's per-seed differences (ARMAP_MEASURES), and for merged-vs-direct the two arms' means."""
     measure, merge = c.armap["measure"], c.armap.get("merge")
+    domains = resolved.config["armap"]["domains"]
     # per DLM and domain: how many orders of magnitude tau_diffusion's norms lie above (a conversion that moved
     # nothing: a median of 0, read as 1e-12)
     if measure == "shadowing":
-        diffs = [
-            math.log10(max(_finite(pd.read_csv(layout.spectra_csv(*d, pdomain))["shadowing_ratio"]).median(), 1e-12))
+        cells = [
+            (d.seed, math.log10(max(_finite(read_input(layout.spectra_csv(*d, p))["shadowing_ratio"]).median(), 1e-12)))
             for d in resolved.armap.dlms
-            for pdomain in resolved.config["armap"]["domains"]
+            for p in domains
         ]
-        return diffs, ARMAP_MEASURES[measure], None
+        return Measured(per_seed(cells)[0], ARMAP_MEASURES[measure], None)
     if measure == "merged_vs_direct":
-        floor = teacher_floor(resolved)
-        teacher = {(d.model, b): _teacher_score(resolved, d.model, b) for d, _, b in _armap_evals(resolved)}
-        cells = [(d, pdomain, b) for d, pdomain, b in _armap_evals(resolved) if teacher[d.model, b] >= floor]
-        below = sorted({f"{b} ({score:.3f})" for (_, b), score in teacher.items() if score < floor})
-        merged, direct = [], []
-        for d, pdomain, b in cells:
-            headline = resolved.benchmarks[b].headline_value
-            merged.append(headline(read_json(layout.derived_eval_path(b, *d, layout.armap_name(pdomain, merge)))))
-            direct.append(
-                headline(read_json(layout.derived_eval_path(b, *d, layout.direct_name(pdomain, _baseline(c)))))
-            )
-
-        arms = {f"AR-MAP ({merge})": _mean(merged), DIRECT_LABELS[_baseline(c)]: _mean(direct)}
-        read = ", ".join(sorted({f"{pdomain}: {b}" for _, pdomain, b in cells}))
-        if below:  # a benchmark the AR teacher cannot do shows nothing of what the transfer keeps
-            read += f"; left out, the AR teacher below {floor}: {', '.join(below)}"
-        label = f"{ARMAP_MEASURES[measure]} ({DIRECT_LABELS[_baseline(c)]}; {read})"
-        return [x - y for x, y in zip(merged, direct)], label, arms
-    diffs = []
+        return _merged_vs_direct(resolved, c)
+    cells, step = [], 0.0
     for d in resolved.armap.dlms:
         curves = {
-            pdomain: read_json(layout.gamma_curve(*d, pdomain, merge))
-            for pdomain in resolved.config["armap"]["domains"]
+            pdomain: read_input(layout.gamma_curve(*d, pdomain, merge))
+            for pdomain in domains
             if measure != "gamma_order" or pdomain in (c.armap["lower"], c.armap["higher"])
         }
         if measure == "gamma_order":
-            diffs.append(curves[c.armap["higher"]]["gamma_hat"] - curves[c.armap["lower"]]["gamma_hat"])
+            cells.append((d.seed, curves[c.armap["higher"]]["gamma_hat"] - curves[c.armap["lower"]]["gamma_hat"]))
+            grid = sorted(float(g) for g in resolved.config["armap"]["gamma"]["grid"])
+            step = min(b - a for a, b in zip(grid, grid[1:]))
             continue
         for g in curves.values():
-            if measure == "gamma_hat":
-                diffs.append(g["gamma_hat"] - 1.0)
+            test = {float(p["gamma"]): p["test_reward_accuracy"] for p in g["curve"]}
+            step = max(step, 1.0 / max(g["test_pairs"], 1))
+            if measure == "above_one":
+                above = best_point([p for p in g["curve"] if p["gamma"] > 1])
+                below = best_point([p for p in g["curve"] if p["gamma"] <= 1])
+                cells.append((d.seed, above["test_reward_accuracy"] - below["test_reward_accuracy"]))
             else:  # vs_gamma_one, vs_no_transfer: against the curve's point at gamma 1 or 0
-                test_curve = {float(p["gamma"]): p["test_reward_accuracy"] for p in g["curve"]}
-                diffs.append(test_curve[float(g["gamma_hat"])] - test_curve[1.0 if measure == "vs_gamma_one" else 0.0])
+                reference = 1.0 if measure == "vs_gamma_one" else 0.0
+                cells.append((d.seed, test[float(g["gamma_hat"])] - test[reference]))
+    diffs, k = per_seed(cells)
     text = ARMAP_MEASURES[measure]
     if measure == "gamma_order":
         text = f"gamma_hat of {c.armap['higher']} minus gamma_hat of {c.armap['lower']}"
-    return diffs, f"{text} ({merge})", None
+    return Measured(diffs, f"{text} ({merge})", None, step / max(k, 1))
+
+
+def _merged_vs_direct(resolved: Resolved, c: Claim) -> Measured:
+    """The merged DLM's headline score minus the directly trained DLM's, per seed over its DLMs, domains
+    and benchmarks the AR teacher can do."""
+    merge = c.armap["merge"]
+    floor = teacher_floor(resolved)
+    teacher = {(d.model, b): _teacher_score(resolved, d.model, b) for d, _, b in _armap_evals(resolved)}
+    cells = [(d, pdomain, b) for d, pdomain, b in _armap_evals(resolved) if teacher[d.model, b] >= floor]
+    below = sorted({f"{b} ({score:.3f})" for (_, b), score in teacher.items() if score < floor})
+    merged, direct, steps = [], [], []
+    for d, pdomain, b in cells:
+        headline = resolved.benchmarks[b].headline_value
+        arm = read_input(layout.derived_eval_path(b, *d, layout.armap_name(pdomain, merge)))
+        merged.append(headline(arm))
+        direct.append(headline(read_input(layout.derived_eval_path(b, *d, layout.direct_name(pdomain, _baseline(c))))))
+        steps.append(_score_step(arm) if _bounded_benchmark(resolved, b) else 0.0)
+    arms = {f"AR-MAP ({merge})": _mean(merged), DIRECT_LABELS[_baseline(c)]: _mean(direct)}
+    read = ", ".join(sorted({f"{pdomain}: {b}" for _, pdomain, b in cells}))
+    if below:  # a benchmark the AR teacher cannot do shows nothing of what the transfer keeps
+        read += f"; left out, the AR teacher below {floor}: {', '.join(below)}"
+    label = f"{ARMAP_MEASURES['merged_vs_direct']} ({DIRECT_LABELS[_baseline(c)]}; {read})"
+    diffs, k = per_seed([(d.seed, x - y) for (d, _, _), x, y in zip(cells, merged, direct)])
+    return Measured(diffs, label, arms, max(steps, default=0.0) / max(k, 1))
 
 
 def _finite(ratios: pd.Series) -> pd.Series:
@@ -392,18 +491,19 @@ def _bounded(resolved: Resolved, c: Claim) -> bool:
     )
 
 
-def _study_differences(resolved: Resolved, c: Claim) -> tuple[list[float], str, dict[str, float]]:
-    """Per-seed differences, what they measure, and each compared run's mean."""
+def _study_differences(resolved: Resolved, c: Claim) -> Measured:
+    """Per-seed differences, what they measure, each compared run's mean, and the scores' step."""
     a, b = c.run, c.against
     study = resolved.studies[c.study]
     if b == BEST_OTHER:  # against the best other run of the study (by its mean over the paired seeds)
         seeds = _paired_seeds(study, study.runs)
         means = {r: [_value(resolved, c, r, s) for s in seeds] for r in study.runs}
         best = max((r for r in study.runs if r != a), key=lambda r: sum(means[r]))
-        return (
+        return Measured(
             [x - y for x, y in zip(means[a], means[best])],
             f"{_label(resolved, c)}: {a} minus the best other run ({best})",
             {r: _mean(v) for r, v in means.items()},
+            _claim_step(resolved, c, a, seeds[0]) if seeds else 0.0,
         )
     seeds = _paired_seeds(study, [a] + ([] if b == TEACHER else [b]))
     va = [_value(resolved, c, a, s) for s in seeds]
@@ -417,7 +517,19 @@ def _study_differences(resolved: Resolved, c: Claim) -> tuple[list[float], str, 
         }[c.decoding]
         + f": {a} minus {b}"
     )
-    return [x - y for x, y in zip(va, vb)], measure, {a: _mean(va), b: _mean(vb)}
+    step = _claim_step(resolved, c, a, seeds[0]) if seeds else 0.0
+    return Measured([x - y for x, y in zip(va, vb)], measure, {a: _mean(va), b: _mean(vb)}, step)
+
+
+def _claim_step(resolved: Resolved, c: Claim, run: str, seed: int) -> float:
+    """The step of the claim's per-seed score of ``run`` (over several benchmarks: the coarsest one's over
+    their number); 0 for a continuous measure (throughput, training, an unbounded metric)."""
+    if not _bounded(resolved, c):
+        return 0.0
+    benches = _informative(resolved, c)[0] if isinstance(c.benchmark, list) else [c.benchmark]
+    model, step = claim_model(resolved, c), resolved.run(run).steps
+    steps = [_score_step(read_input(layout.eval_path(b, model, run, seed, step))) for b in benches]
+    return max(steps, default=0.0) / max(len(steps), 1)
 
 
 def effect_by_step(resolved: Resolved, c: Claim) -> dict[int, list[float]]:
@@ -463,7 +575,7 @@ def unequal_flops(resolved: Resolved, c: Claim, runs: list[str]) -> str | None:
     model = claim_model(resolved, c)
     seeds = _paired_seeds(resolved.studies[c.study], runs)
     flops = {
-        r: sum(recipe_flops(read_json(layout.conversion_manifest(model, r, s))) for s in seeds) / len(seeds)
+        r: sum(recipe_flops(read_input(layout.conversion_manifest(model, r, s))) for s in seeds) / len(seeds)
         for r in runs
     }
     if max(flops.values()) > FLOPS_TOLERANCE * min(flops.values()):
@@ -486,19 +598,23 @@ def paper_effect(c: Claim, diffs: list[float], arms: dict[str, float] | None) ->
 def _effect_source(c: Claim) -> str:
     e = c.effect
     amount = f"{e['value']:g}% of the compared arm's mean" if e.get("unit") == "rel" else f"{e['value']:g}"
-    return f"{amount} ({e['where']})"
+    reading = "a size the sentence states" if e.get("size") else "the sentence states a direction"
+    return f"{amount}, {reading} ({e['where']})"
 
 
-def _sizing(v: Verdict, effect: float) -> str | None:
-    """For an inconclusive verdict, the seeds that detect the paper's effect with POWER at the measured spread."""
+def _sizing(v: Verdict, effect: float, seeds: int, step: float) -> str | None:
+    """For an inconclusive verdict, the seeds that detect the paper's effect with POWER at the measured
+    spread (at least the measure's rounding), and the spread and seeds that figure rests on."""
     if not v.verdict.startswith("inconclusive"):
         return None
     if math.isnan(v.sd):
         return "unsized (one seed measures no spread)"
     if effect == 0:
         return "unsized (the paper's effect is 0 here)"
-    n = seeds_for_power(effect, v.sd)
-    return f"> {MAX_SEEDS} (the paper's effect lost in this spread)" if n is None else str(n)
+    sd = max(v.sd, step / math.sqrt(12))
+    n = seeds_for_power(effect, sd)
+    basis = f"(sd {sd:.3g} from {seeds} seeds)"
+    return f"> {MAX_SEEDS} (the paper's effect lost in this spread) {basis}" if n is None else f"{n} {basis}"
 
 
 def judge_claim(resolved: Resolved, c: Claim) -> tuple[dict, dict[int, list[float]]]:
@@ -506,14 +622,15 @@ def judge_claim(resolved: Resolved, c: Claim) -> tuple[dict, dict[int, list[floa
     study evaluates every checkpoint)."""
     arms, curve = None, {}  # AR-MAP's claims read gamma and reward accuracy differences, not run scores
     why = None  # why nothing is compared
+    step = 0.0
     if c.armap:
-        diffs, measure, arms = _armap_differences(resolved, c)
+        diffs, measure, arms, step = astuple(_armap_differences(resolved, c))
     elif isinstance(c.benchmark, list) and not _informative(resolved, c)[0]:
         diffs, measure = [], _label(resolved, c)
         floor, left = teacher_floor(resolved), _informative(resolved, c)[1]
         why = f"uninformative (the AR teacher itself scores below {floor} on every benchmark: {', '.join(left)})"
     else:
-        diffs, measure, arms = _study_differences(resolved, c)
+        diffs, measure, arms, step = astuple(_study_differences(resolved, c))
         curve = effect_by_step(resolved, c)
     if not diffs:  # a list the teacher can do none of, or AR-MAP's cells all on such benchmarks
         missing = float("nan")
@@ -523,7 +640,7 @@ def judge_claim(resolved: Resolved, c: Claim) -> tuple[dict, dict[int, list[floa
     else:
         effect = paper_effect(c, diffs, arms)
         bounded = _bounded(resolved, c)
-        v = judge(diffs, c.direction, effect, arms if bounded else None)
+        v = judge(diffs, c.direction, effect, arms if bounded else None, c.effect.get("size", False), step)
     # no verdict where the comparison cannot decide it; the most basic reason is the one given
     compared = list(resolved.studies[c.study].runs) if c.against == BEST_OTHER else [c.run, c.against]
     if c.equal_flops and (why := unequal_flops(resolved, c, compared)):
@@ -550,11 +667,14 @@ def judge_claim(resolved: Resolved, c: Claim) -> tuple[dict, dict[int, list[floa
         "differences": ", ".join(f"{d:+.3f}" for d in diffs),
         "verdict": v.verdict,
         "paper effect": round(effect, 4),
-        f"seeds for {POWER:.0%} power": _sizing(v, effect),
+        "reads": "size" if c.effect.get("size") else "direction",
+        "step": nan(step),
+        f"seeds for {POWER:.0%} power": _sizing(v, effect, len(diffs), step),
         "effect by training step": ", ".join(f"{k}: {d:+.3f}" for k, d in by_step.items()) or None,
         "pass@1 beside": _pass1_beside(resolved, c),
         "quote": c.quote,
         "effect from": _effect_source(c),
+        "p_bound": v.p_bound,
     }
     return row, curve
 
@@ -565,7 +685,7 @@ def _pass1_beside(resolved: Resolved, c: Claim) -> str | None:
     if c.armap or "_pass@" not in c.metric or c.metric.endswith("@1"):
         return None
     pass1 = replace(c, metric=c.metric.rsplit("@", 1)[0] + "@1")
-    diffs, _, arms = _study_differences(resolved, pass1)
+    diffs, _, arms, _ = astuple(_study_differences(resolved, pass1))
     means = ", ".join(f"{r} {m:.3f}" for r, m in (arms or {}).items())
     return f"{pass1.metric} {sum(diffs) / len(diffs):+.4f}" + (f" ({means})" if means else "")
 
@@ -580,7 +700,25 @@ def evaluate_claims(resolved: Resolved) -> tuple[pd.DataFrame, dict[str, dict[in
         rows.append(row)
         if curve:
             curves[c.id] = curve
-    return pd.DataFrame(rows), curves
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df.insert(df.columns.get_loc("verdict") + 1, "after Holm", holm_verdicts(df))
+        df = df.drop(columns="p_bound")
+    return df, curves
+
+
+def holm_verdicts(df: pd.DataFrame) -> list[str]:
+    """Each row's verdict after Holm's correction over the preset's claims: a decided verdict whose
+    adjusted p-value reaches 1 - CONFIDENCE becomes inconclusive."""
+    alpha = 1 - CONFIDENCE
+    out = []
+    for (_, row), adjusted in zip(df.iterrows(), holm(list(df["p_bound"]))):
+        if math.isnan(adjusted) or row["verdict"].startswith("inconclusive"):
+            out.append("-")
+        else:
+            word = row["verdict"].split(" (")[0]
+            out.append(f"{word if adjusted < alpha else 'inconclusive'} (adjusted p {adjusted:.3g})")
+    return out
 
 
 def claims_markdown(df: pd.DataFrame, preset: str) -> str:
@@ -592,10 +730,13 @@ def claims_markdown(df: pd.DataFrame, preset: str) -> str:
         "",
         f"Verdict rule: {VERDICT_RULE}.",
         "",
-        f"'paper effect' is E in the claim's measure (where it comes from: below). An inconclusive row's 'seeds for "
-        f"{POWER:.0%} power' is the fewest seeds at which the paired t-test detects E with that power at the "
-        "measured per-seed spread. Where a study evaluates every checkpoint, 'effect by training step' gives the "
-        "mean difference at each step; the verdict is read at the largest budget, the final step.",
+        f"'paper effect' is E in the claim's measure (where it comes from: below); 'reads' says whether the quoted "
+        "sentence states that size or a direction; 'step' is the measure's resolution. An inconclusive row's 'seeds "
+        f"for {POWER:.0%} power' is the fewest seeds at which the paired t-test detects E with that power at the "
+        "measured per-seed spread (named beside it, with the seeds it was measured on). 'after Holm' is each decided "
+        "verdict after Holm's correction over this preset's claims tested. Where a study evaluates every "
+        "checkpoint, 'effect by training step' gives the mean difference at each step; the verdict is read at the "
+        "largest budget, the final step.",
         "",
     ]
     quotes = ["", "## The sentences tested, and the paper's effect", ""] + [
