@@ -107,7 +107,8 @@ def test_armap_outputs(smoke_run):
         assert (base / "shadowing.pdf").stat().st_size > 0 and (base / "shadowing.png").stat().st_size > 0
         for merge in ("task_arithmetic", "ties", "dare"):
             curve = json.loads((base / merge / "gamma.json").read_text())
-            assert [r["gamma"] for r in curve["curve"]] == [0, 1, 2] and curve["curve"][0]["reward_accuracy"] == 0
+            assert [r["gamma"] for r in curve["curve"]] == [0, 1, 2]
+            assert curve["curve"][0]["reward_accuracy"] == 0.5  # the DLM itself: every margin a tie, counting half
     for domain in ("code", "math", "all"):
         dpo = json.loads((results / "models/tiny/teacher_dpo" / domain / "seed0/ar2dlm.json").read_text())
         assert dpo["method"] == "ar_dpo" and 0 <= dpo["reward_accuracy"] <= 1
