@@ -417,6 +417,9 @@ def _armap_differences(resolved: Resolved, c: Claim) -> Measured:
     if measure == "merged_vs_direct":
         return _merged_vs_direct(resolved, c)
     cells, step = [], 0.0
+    if measure == "gamma_order":  # gamma_hat moves by the grid's finest spacing at least
+        grid = sorted(float(g) for g in resolved.config["armap"]["gamma"]["grid"])
+        step = min(b - a for a, b in zip(grid, grid[1:]))
     for d in resolved.armap.dlms:
         curves = {
             pdomain: read_input(layout.gamma_curve(*d, pdomain, merge))
@@ -425,8 +428,6 @@ def _armap_differences(resolved: Resolved, c: Claim) -> Measured:
         }
         if measure == "gamma_order":
             cells.append((d.seed, curves[c.armap["higher"]]["gamma_hat"] - curves[c.armap["lower"]]["gamma_hat"]))
-            grid = sorted(float(g) for g in resolved.config["armap"]["gamma"]["grid"])
-            step = min(b - a for a, b in zip(grid, grid[1:]))
             continue
         for g in curves.values():
             test = {float(p["gamma"]): p["test_reward_accuracy"] for p in g["curve"]}
