@@ -336,8 +336,8 @@ def prepare(ctx: Context) -> None:
     from ar2dlm.training.teacher import TeacherJob, pretrain_teacher
 
     s = ctx.sizes
-    code, _ = generate_code_suite(200 if ctx.quick else 400, 1, 0.2, 0)
-    maths, _ = generate_math_suite(200 if ctx.quick else 400, 1, 0)
+    code, _, _ = generate_code_suite(200 if ctx.quick else 400, 1, 0.2, 0)
+    maths, _, _ = generate_math_suite(200 if ctx.quick else 400, 1, 0)
     docs = suite_documents(code, maths)
     tok = train_bpe_tokenizer((d["prompt"] + d["completion"] for d in docs), s["vocab"], ctx.work / "tokenizer")
     write_jsonl(ctx.work / "corpus.jsonl", docs)

@@ -2,12 +2,15 @@
 
 
 rule synthetic_suites:
-    """HumanEval+-format code suite and arithmetic suite, train and held-out eval."""
+    """HumanEval+-format code suite and arithmetic suite: train, held-out eval, and validation (what
+    sweeps choose settings on)."""
     output:
         code_train=layout.suite_file("code", "train"),
         code_eval=layout.suite_file("code", "eval"),
+        code_valid=layout.suite_file("code", "valid"),
         math_train=layout.suite_file("math", "train"),
         math_eval=layout.suite_file("math", "eval"),
+        math_valid=layout.suite_file("math", "valid"),
     log:
         layout.log_path("data/synthetic_suites"),
     benchmark:

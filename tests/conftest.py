@@ -118,8 +118,8 @@ def smoke_tokenizer(tmp_path_factory):
     from ar2dlm.data.math_suite import generate_math_suite
     from ar2dlm.data.tokenization import train_bpe_tokenizer
 
-    code, _ = generate_code_suite(300, 1, 0.2, 0)
-    maths, _ = generate_math_suite(200, 1, 0)
+    code, _, _ = generate_code_suite(300, 1, 0.2, 0)
+    maths, _, _ = generate_math_suite(200, 1, 0)
     docs = suite_documents(code, maths)
     out = tmp_path_factory.mktemp("tok")
     return train_bpe_tokenizer((d["prompt"] + d["completion"] for d in docs), 400, out), docs

@@ -107,7 +107,7 @@ def _pairs(n):
     from ar2dlm.data.math_suite import generate_math_suite
     from ar2dlm.data.preferences import make_preferences
 
-    _, held = generate_math_suite(5, 40, seed=0)
+    _, held, _ = generate_math_suite(5, 40, seed=0)
     return make_preferences("math", held, n, seed=0, split="eval")
 
 

@@ -24,8 +24,22 @@ def test_suites_are_deterministic_per_seed():
     assert generate_math_suite(50, 10, 1) == generate_math_suite(50, 10, 1) != generate_math_suite(50, 10, 2)
 
 
+def test_the_validation_splits_are_held_out_apart_from_eval_and_change_no_other_split():
+    """Validation tasks come from the held-out pairings like eval's, none equal to an eval task, and asking
+    for them leaves train and eval as they were (a sweep reads them; the claims read eval)."""
+    train, held, valid = generate_code_suite(200, 30, 0.2, seed=0, n_valid=12)
+    assert (train, held, []) == generate_code_suite(200, 30, 0.2, seed=0)
+    assert len(valid) == 12 and {t["task_id"] for t in valid} == {f"Synth/valid/{i}" for i in range(12)}
+    key = lambda t: t["prompt"].split("\n", 1)[1] + t["canonical_solution"]  # noqa: E731
+    assert not {key(t) for t in valid} & {key(t) for t in held + train}
+    mtrain, mheld, mvalid = generate_math_suite(50, 10, 1, n_valid=8)
+    assert (mtrain, mheld, []) == generate_math_suite(50, 10, 1) and len(mvalid) == 8
+    assert not {p["expression"] for p in mvalid} & {p["expression"] for p in mtrain + mheld}
+    assert mvalid[0]["task_id"] == "Arith/valid/0" and mheld[0]["task_id"] == "Arith/eval/0"
+
+
 def test_code_suite_format_and_heldout_pairings():
-    train, held = generate_code_suite(600, 60, 0.2, seed=0)
+    train, held, _ = generate_code_suite(600, 60, 0.2, seed=0)
     assert all(FIELDS <= set(t) for t in train + held)
 
     def adjacent(t):  # every pairing of neighbouring operations in a task
@@ -50,7 +64,7 @@ def test_code_suite_format_and_heldout_pairings():
 
 
 def test_preference_pairs_are_real_preferences():
-    _, held = generate_code_suite(10, 30, 0.2, seed=0)
+    _, held, _ = generate_code_suite(10, 30, 0.2, seed=0)
     pairs = make_preferences("code", held, 20, seed=0, split="eval")
     by_id = {t["task_id"]: t for t in held}
     for p in pairs:
@@ -64,7 +78,7 @@ def test_preference_pairs_are_real_preferences():
         except Exception:
             wrong = None
         assert wrong != run_solution(t["prompt"] + t["canonical_solution"], t["entry_point"], inputs)
-    _, mheld = generate_math_suite(10, 20, 0)
+    _, mheld, _ = generate_math_suite(10, 20, 0)
     for p in make_preferences("math", mheld, 20, seed=0, split="eval"):
         assert p["chosen"] != p["rejected"]
         assert p["chosen"].rstrip(".").split()[-1] != p["rejected"].rstrip(".").split()[-1]

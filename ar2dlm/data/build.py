@@ -17,17 +17,17 @@ from .token_shards import RowsJob
 from .tokenization import load_pretrained_tokenizer, train_bpe_tokenizer
 
 
-def build_suites(data_cfg: dict, code_train, code_eval, math_train, math_eval) -> dict:
-    seed = data_cfg["seed"]
-    c = data_cfg["code_suite"]
-    tr, ev = generate_code_suite(c["n_train"], c["n_eval"], c["heldout_fraction"], seed)
-    write_jsonl(code_train, tr)
-    write_jsonl(code_eval, ev)
-    m = data_cfg["math_suite"]
-    mtr, mev = generate_math_suite(m["n_train"], m["n_eval"], seed)
-    write_jsonl(math_train, mtr)
-    write_jsonl(math_eval, mev)
-    return {"code": [len(tr), len(ev)], "math": [len(mtr), len(mev)]}
+def build_suites(data_cfg: dict, out: dict) -> dict:
+    """The code and maths suites' train, eval and valid splits, written to ``out[f"{domain}_{split}"]``."""
+    seed, c, m = data_cfg["seed"], data_cfg["code_suite"], data_cfg["math_suite"]
+    splits = {
+        "code": generate_code_suite(c["n_train"], c["n_eval"], c["heldout_fraction"], seed, c["n_valid"]),
+        "math": generate_math_suite(m["n_train"], m["n_eval"], seed, m["n_valid"]),
+    }
+    for domain, rows in splits.items():
+        for split, part in zip(("train", "eval", "valid"), rows):
+            write_jsonl(out[f"{domain}_{split}"], part)
+    return {domain: [len(part) for part in rows] for domain, rows in splits.items()}
 
 
 def _message_text(value) -> str:

@@ -392,13 +392,16 @@ PLUS_INPUTS = 15  # its added tests over a wider input range (plus_input)
 PREFIX_SHARE = 0.5  # of the tasks with one more operation in front of their pairing (``_build``'s prefix)
 
 
-def generate_code_suite(n_train: int, n_eval: int, heldout_fraction: float, seed: int):
-    """Return (train, eval) lists of HumanEval+-format task dicts, deterministic in ``seed``."""
+def generate_code_suite(n_train: int, n_eval: int, heldout_fraction: float, seed: int, n_valid: int = 0):
+    """Return (train, eval, valid) lists of HumanEval+-format task dicts, deterministic in ``seed``: the
+    validation tasks come from the held-out pairings like the eval tasks, none equal to one of them (the
+    settings a sweep chooses are chosen on them; the claims read eval), and adding them changes neither."""
     train_pairs, held_pairs = split_pairings(heldout_fraction, seed)
-    out = {}
-    for split, pairs, n in (("train", train_pairs, n_train), ("eval", held_pairs, n_eval)):
+    out, keys = {}, {}
+    splits = (("train", train_pairs, n_train), ("eval", held_pairs, n_eval), ("valid", held_pairs, n_valid))
+    for split, pairs, n in splits:
         rng = random.Random(f"{seed}-{split}")
-        tasks, seen = [], set()
+        tasks, seen = [], set(keys.get("eval", ()))
         while len(tasks) < n:
             fam, i, j = pairs[rng.randrange(len(pairs))]
             task = _build(fam, i, j, rng, prefix=rng.random() < PREFIX_SHARE, train_pairs=frozenset(train_pairs))
@@ -424,5 +427,5 @@ def generate_code_suite(n_train: int, n_eval: int, heldout_fraction: float, seed
                     "test": _test_source(task["entry_point"], base + plus, outputs),
                 }
             )
-        out[split] = tasks
-    return out["train"], out["eval"]
+        out[split], keys[split] = tasks, seen
+    return out["train"], out["eval"], out["valid"]

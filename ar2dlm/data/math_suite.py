@@ -30,20 +30,23 @@ def make_problem(rng: random.Random) -> dict:
     }
 
 
-def generate_math_suite(n_train: int, n_eval: int, seed: int):
-    """Return (train, eval); no expression appears in both splits. Deterministic in ``seed``."""
+def generate_math_suite(n_train: int, n_eval: int, seed: int, n_valid: int = 0):
+    """Return (train, eval, valid); no expression appears in two splits. Deterministic in ``seed``: the
+    validation problems are drawn after the others, so adding them changes neither."""
     rng = random.Random(f"{seed}-math")
     seen, problems = set(), []
-    while len(problems) < n_train + n_eval:
+    while len(problems) < n_train + n_eval + n_valid:
         p = make_problem(rng)
         if p["expression"] in seen:
             continue
         seen.add(p["expression"])
         problems.append(p)
-    for i, p in enumerate(problems):
-        split = "train" if i < n_train else "eval"
-        p["task_id"] = f"Arith/{split}/{i if split == 'train' else i - n_train}"
-    return problems[:n_train], problems[n_train:]
+    starts = {"train": 0, "eval": n_train, "valid": n_train + n_eval}
+    for split, start in starts.items():
+        end = start + {"train": n_train, "eval": n_eval, "valid": n_valid}[split]
+        for i, p in enumerate(problems[start:end]):
+            p["task_id"] = f"Arith/{split}/{i}"
+    return problems[:n_train], problems[n_train : n_train + n_eval], problems[n_train + n_eval :]
 
 
 def choice_items(items: list[dict], n_choices: int = 4, seed: int = 0) -> list[dict]:
