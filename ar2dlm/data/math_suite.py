@@ -41,12 +41,13 @@ def generate_math_suite(n_train: int, n_eval: int, seed: int, n_valid: int = 0):
             continue
         seen.add(p["expression"])
         problems.append(p)
-    starts = {"train": 0, "eval": n_train, "valid": n_train + n_eval}
-    for split, start in starts.items():
-        end = start + {"train": n_train, "eval": n_eval, "valid": n_valid}[split]
-        for i, p in enumerate(problems[start:end]):
+    parts, start = [], 0
+    for split, n in (("train", n_train), ("eval", n_eval), ("valid", n_valid)):
+        part, start = problems[start : start + n], start + n
+        for i, p in enumerate(part):
             p["task_id"] = f"Arith/{split}/{i}"
-    return problems[:n_train], problems[n_train : n_train + n_eval], problems[n_train + n_eval :]
+        parts.append(part)
+    return tuple(parts)
 
 
 def choice_items(items: list[dict], n_choices: int = 4, seed: int = 0) -> list[dict]:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import astuple, dataclass, replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -625,13 +625,15 @@ def judge_claim(resolved: Resolved, c: Claim) -> tuple[dict, dict[int, list[floa
     why = None  # why nothing is compared
     step = 0.0
     if c.armap:
-        diffs, measure, arms, step = astuple(_armap_differences(resolved, c))
+        m = _armap_differences(resolved, c)
+        diffs, measure, arms, step = m.diffs, m.measure, m.arms, m.step
     elif isinstance(c.benchmark, list) and not _informative(resolved, c)[0]:
         diffs, measure = [], _label(resolved, c)
         floor, left = teacher_floor(resolved), _informative(resolved, c)[1]
         why = f"uninformative (the AR teacher itself scores below {floor} on every benchmark: {', '.join(left)})"
     else:
-        diffs, measure, arms, step = astuple(_study_differences(resolved, c))
+        m = _study_differences(resolved, c)
+        diffs, measure, arms, step = m.diffs, m.measure, m.arms, m.step
         curve = effect_by_step(resolved, c)
     if not diffs:  # a list the teacher can do none of, or AR-MAP's cells all on such benchmarks
         missing = float("nan")
@@ -686,7 +688,8 @@ def _pass1_beside(resolved: Resolved, c: Claim) -> str | None:
     if c.armap or "_pass@" not in c.metric or c.metric.endswith("@1"):
         return None
     pass1 = replace(c, metric=c.metric.rsplit("@", 1)[0] + "@1")
-    diffs, _, arms, _ = astuple(_study_differences(resolved, pass1))
+    m = _study_differences(resolved, pass1)
+    diffs, arms = m.diffs, m.arms
     means = ", ".join(f"{r} {m:.3f}" for r, m in (arms or {}).items())
     return f"{pass1.metric} {sum(diffs) / len(diffs):+.4f}" + (f" ({means})" if means else "")
 
